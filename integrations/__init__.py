@@ -1,0 +1,1 @@
+"""Framework integrations: lightning_sdk.integrations.langchain, .autogen, .openai_agents."""

@@ -1,0 +1,91 @@
+"""lightning-sdk: train existing AI agents with reinforcement learning.
+
+Quick start::
+
+    import lightning_sdk as ls
+
+    @ls.reward
+    def score(task, answer: str) -> float:
+        return float(answer.strip() == str(task["answer"]))
+
+    @ls.trace_agent
+    def agent(task) -> str:
+        reply = openai.OpenAI().chat.completions.create(model="default", messages=[...])
+        answer = reply.choices[0].message.content
+        score(task, answer)
+        return answer
+
+    ls.Trainer().fit(agent, dataset)
+
+Importing this package is light: the engine and trainer (torch, vLLM) load only when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from lightning_sdk.tracing import (
+    ContextThreadPoolExecutor,
+    Episode,
+    EpisodeStore,
+    LLMCall,
+    capture,
+    configure,
+    current_episode,
+    emit_reward,
+    instrument_openai,
+    reward,
+    run_in_episode,
+    trace_agent,
+    uninstrument_openai,
+)
+
+if TYPE_CHECKING:
+    from lightning_sdk.serving.endpoint import LLMEndpoint
+    from lightning_sdk.serving.server import serve
+    from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.trainer import Trainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ContextThreadPoolExecutor",
+    "Episode",
+    "EpisodeStore",
+    "LLMCall",
+    "LLMEndpoint",
+    "Trainer",
+    "TrainerConfig",
+    "capture",
+    "configure",
+    "current_episode",
+    "emit_reward",
+    "instrument_openai",
+    "reward",
+    "run_in_episode",
+    "serve",
+    "trace_agent",
+    "uninstrument_openai",
+]
+
+# Heavy parts of the public API, imported on first attribute access so `import lightning_sdk` stays fast.
+_LAZY = {
+    "LLMEndpoint": "lightning_sdk.serving.endpoint",
+    "serve": "lightning_sdk.serving.server",
+    "Trainer": "lightning_sdk.training.trainer",
+    "TrainerConfig": "lightning_sdk.training.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lightning_sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,36 @@
+"""The recording side: episodes, decorators, openai capture and the episode store.
+
+Pure Python plus the `openai` client; nothing here imports torch, transformers or vLLM.
+"""
+
+from lightning_sdk.tracing.config import configure
+from lightning_sdk.tracing.context import (
+    ContextThreadPoolExecutor,
+    call_attributes,
+    capture,
+    current_episode,
+    record_call,
+    run_in_episode,
+)
+from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
+from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.tracing.openai_capture import instrument_openai, uninstrument_openai
+from lightning_sdk.tracing.store import EpisodeStore
+
+__all__ = [
+    "ContextThreadPoolExecutor",
+    "Episode",
+    "EpisodeStore",
+    "LLMCall",
+    "call_attributes",
+    "capture",
+    "configure",
+    "current_episode",
+    "emit_reward",
+    "instrument_openai",
+    "record_call",
+    "reward",
+    "run_in_episode",
+    "trace_agent",
+    "uninstrument_openai",
+]

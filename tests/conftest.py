@@ -1,0 +1,6 @@
+"""Shared fixtures live in tests/fixtures/, one module per part of the system."""
+
+pytest_plugins = [
+    "tests.fixtures.openai_server",
+    "tests.fixtures.engine",
+]
