@@ -1,0 +1,173 @@
+"""Rollout: run the user's agent on every task `group_size` times, concurrently, and collect episodes.
+
+Async agents run on the event loop; sync agents run in worker threads that carry the context (so
+their LLM calls land in their own episode). Each run has a timeout; a failed or timed-out run still
+yields an `Episode` with its error, so one bad episode never stops a training step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import math
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from lightning_sdk.tracing.context import collect_into
+from lightning_sdk.tracing.episode import Episode
+
+__all__ = ["Rollout", "run_rollouts", "agent_accepts_llm", "call_agent"]
+
+
+@dataclass
+class Rollout:
+    """One run of the agent on one task of the batch."""
+
+    task_index: int
+    """Position of the task in the batch (the GRPO group it belongs to)."""
+    sample_index: int
+    """Which of the `group_size` runs of that task this is."""
+    episode: Episode
+    """The recorded episode (a synthetic one holding the error when the agent never finished)."""
+    timed_out: bool = False
+    """True when the run exceeded its timeout."""
+
+    @property
+    def failed(self) -> bool:
+        """True when the agent raised or timed out."""
+        return self.timed_out or self.episode.error is not None
+
+
+def agent_accepts_llm(agent: Callable[..., Any]) -> bool:
+    """True when the agent's signature declares an `llm` parameter (or takes **kwargs)."""
+    try:
+        parameters = inspect.signature(agent).parameters
+    except (TypeError, ValueError):
+        return False
+    return "llm" in parameters
+
+
+async def call_agent(
+    agent: Callable[..., Any], task: Any, kwargs: dict[str, Any], executor: ThreadPoolExecutor
+) -> Any:
+    """Call `agent(task, **kwargs)` whatever its kind; return its result (last item for generators)."""
+    if inspect.iscoroutinefunction(agent):
+        return await agent(task, **kwargs)
+    if inspect.isasyncgenfunction(agent):
+        last = None
+        async for last in agent(task, **kwargs):
+            pass
+        return last
+    context = contextvars.copy_context()
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(executor, context.run, _call_sync_agent, agent, task, kwargs)
+
+
+def _call_sync_agent(agent: Callable[..., Any], task: Any, kwargs: dict[str, Any]) -> Any:
+    result = agent(task, **kwargs)
+    if inspect.isgenerator(result):
+        last = None
+        for last in result:
+            pass
+        return last
+    return result
+
+
+async def run_rollouts(
+    agent: Callable[..., Any],
+    tasks: Sequence[Any],
+    group_size: int,
+    *,
+    llm: Any = None,
+    max_concurrency: int = 32,
+    timeout_s: float = 300.0,
+    reward_fn: Callable[[Any, Any], float] | None = None,
+    on_finished: Callable[[Rollout], None] | None = None,
+) -> list[Rollout]:
+    """Run `agent` on each task `group_size` times, at most `max_concurrency` at once.
+
+    Returns one `Rollout` per run, ordered by (task_index, sample_index). `reward_fn(task, output)`
+    scores episodes that recorded no reward themselves. `on_finished` is called as each run ends
+    (e.g. to advance a progress bar).
+    """
+    kwargs = {"llm": llm} if llm is not None and agent_accepts_llm(agent) else {}
+    semaphore = asyncio.Semaphore(max_concurrency)
+    with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="lightning-rollout") as executor:
+
+        async def run_slot(task_index: int, sample_index: int) -> Rollout:
+            async with semaphore:
+                rollout = await _run_one(agent, tasks[task_index], kwargs, executor, timeout_s, reward_fn)
+            rollout.task_index, rollout.sample_index = task_index, sample_index
+            if on_finished is not None:
+                on_finished(rollout)
+            return rollout
+
+        slots = [(t, s) for t in range(len(tasks)) for s in range(group_size)]
+        rollouts = await asyncio.gather(*(run_slot(t, s) for t, s in slots))
+        # Sync agents that timed out still occupy threads; do not wait for them.
+        executor.shutdown(wait=False, cancel_futures=True)
+    return list(rollouts)
+
+
+async def _run_one(
+    agent: Callable[..., Any],
+    task: Any,
+    kwargs: dict[str, Any],
+    executor: ThreadPoolExecutor,
+    timeout_s: float,
+    reward_fn: Callable[[Any, Any], float] | None,
+) -> Rollout:
+    sink: list[Episode] = []
+    started = time.time()
+    output, error, timed_out = None, None, False
+    with collect_into(sink):
+        try:
+            output = await asyncio.wait_for(call_agent(agent, task, kwargs, executor), timeout_s)
+        except TimeoutError as exc:
+            timed_out, error = True, exc
+        except Exception as exc:  # recorded on the episode by @trace_agent; kept here for untraced agents
+            error = exc
+    episode = sink[0] if sink else _episode_without_record(agent, task, started, error)
+    if timed_out:
+        episode.metadata["timed_out"] = True
+        if episode.error is None:
+            episode.error = _error_dict(TimeoutError(f"agent did not finish within {timeout_s:g} s"))
+    if reward_fn is not None and episode.error is None and episode.reward is None:
+        score_with_reward_fn(episode, reward_fn, task, output)
+    return Rollout(task_index=-1, sample_index=-1, episode=episode, timed_out=timed_out)
+
+
+def _episode_without_record(agent: Callable[..., Any], task: Any, started: float, error: Exception | None) -> Episode:
+    """The episode for a run that produced none: a timeout, or an agent without `@trace_agent`."""
+    name = getattr(agent, "__qualname__", None) or type(agent).__name__
+    episode = Episode(name=name, task=task, started_at=started, ended_at=time.time())
+    if error is not None:
+        episode.error = _error_dict(error)
+    else:
+        episode.metadata["untraced"] = True
+    return episode
+
+
+def score_with_reward_fn(episode: Episode, reward_fn: Callable[[Any, Any], float], task: Any, output: Any) -> None:
+    """Record `reward_fn(task, output)` as the episode's reward; a bad value becomes a reward error."""
+    try:
+        value = reward_fn(task, output)
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"reward must be a finite number, got {value!r}")
+    except Exception as exc:
+        episode.reward_errors.append({**_error_dict(exc), "reward": "reward_fn"})
+        return
+    episode.rewards["reward"] = float(value)
+
+
+def _error_dict(exc: BaseException) -> dict[str, str]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
