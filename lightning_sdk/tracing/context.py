@@ -7,6 +7,7 @@ context; `run_in_episode` and `ContextThreadPoolExecutor` carry it there explici
 
 from __future__ import annotations
 
+import bisect
 import contextvars
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,16 +17,16 @@ from typing import Any, ParamSpec, TypeVar
 from lightning_sdk.tracing.episode import Episode, LLMCall
 
 __all__ = [
-    "current_episode",
-    "episode_scope",
-    "record_call",
+    "ContextThreadPoolExecutor",
+    "call_attributes",
     "capture",
     "collect_into",
-    "notify_finished",
-    "call_attributes",
     "current_call_attributes",
+    "current_episode",
+    "episode_scope",
+    "notify_finished",
+    "record_call",
     "run_in_episode",
-    "ContextThreadPoolExecutor",
 ]
 
 P = ParamSpec("P")
@@ -56,15 +57,19 @@ def episode_scope(episode: Episode) -> Iterator[Episode]:
         _episode.reset(token)
 
 
-def record_call(call: LLMCall) -> bool:
+def record_call(
+    call: LLMCall, *, episode: Episode | None = None, attributes: dict[str, Any] | None = None
+) -> bool:
     """Append `call` to the current episode, applying any `call_attributes` in scope.
 
-    Returns False (and records nothing) outside an episode.
+    A call that finishes somewhere else than it started (a stream consumed later, a callback run in
+    another thread) passes the `episode` and `attributes` (`current_call_attributes()`) captured
+    when it started. Returns False (and records nothing) outside an episode.
     """
-    episode = _episode.get()
+    episode = episode if episode is not None else _episode.get()
     if episode is None:
         return False
-    attributes = _call_attributes.get()
+    attributes = attributes if attributes is not None else _call_attributes.get()
     if attributes:
         for key, value in attributes.items():
             if key == "metadata":
@@ -73,8 +78,13 @@ def record_call(call: LLMCall) -> bool:
                 setattr(call, key, value)
     if call.agent_name is None:
         call.agent_name = episode.name
-    episode.calls.append(call)
+    # Streams and concurrent calls finish out of order; keep `calls` in the order they started.
+    bisect.insort(episode.calls, call, key=_started_at)
     return True
+
+
+def _started_at(call: LLMCall) -> float:
+    return call.started_at
 
 
 @contextmanager
@@ -128,7 +138,7 @@ def notify_finished(episode: Episode) -> None:
     """Called once when a top-level episode finishes: hand it to collectors and finish hooks."""
     for sink in _collectors.get():
         sink.append(episode)
-    for hook in list(_finish_hooks):
+    for hook in _finish_hooks:
         hook(episode)
 
 

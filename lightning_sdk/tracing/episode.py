@@ -13,7 +13,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["LLMCall", "Episode", "new_id"]
+__all__ = ["Episode", "LLMCall", "new_id"]
 
 
 def new_id() -> str:

@@ -1,0 +1,306 @@
+"""Reversible instrumentation of the `openai` client: every chat or text completion made inside an
+episode is recorded as `LLMCall`s.
+
+We patch the one method every openai request goes through, `SyncAPIClient.request` and
+`AsyncAPIClient.request`, rather than `chat.completions.create`: that way `create`, `parse`,
+`with_raw_response` (which LangChain uses), `with_streaming_response` and the `.stream()` helpers are
+all recorded, even when a wrapper captured the `create` method before we patched it. Requests to
+other endpoints, and every request made outside an episode, pass straight through after one
+ContextVar lookup. The request is never altered: we read it, and wrap what the client returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from lightning_sdk.tracing.context import current_call_attributes, current_episode, record_call
+from lightning_sdk.tracing.episode import LLMCall
+from lightning_sdk.tracing.errors import report_internal_error
+from lightning_sdk.tracing.openai_calls import (
+    StreamAssembler,
+    calls_from_response,
+    failed_call,
+    request_record,
+)
+
+__all__ = [
+    "ensure_openai_instrumented",
+    "instrument_openai",
+    "is_openai_instrumented",
+    "set_auto_instrument",
+    "uninstrument_openai",
+]
+
+SUPPORTED_OPENAI = ((1, 40), (4, 0))
+"""openai versions the capture is tested with: at least the first, below the second."""
+
+_lock = threading.Lock()
+_originals: list[tuple[type, str, Callable[..., Any]]] = []
+_auto_instrument = True
+
+
+def instrument_openai() -> bool:
+    """Record openai chat and text completions made inside episodes. Idempotent.
+
+    Returns True when this call installed the instrumentation, False when it was already installed.
+    `@trace_agent` calls this at an agent's first call (unless `configure(instrument_openai=False)`).
+    """
+    global _auto_instrument
+    with _lock:
+        _auto_instrument = True
+        if _originals:
+            return False
+        import openai
+        from openai import _base_client
+
+        _warn_if_unsupported(openai.__version__)
+        for owner, make_wrapper in ((_base_client.SyncAPIClient, _sync_request),
+                                    (_base_client.AsyncAPIClient, _async_request)):
+            original = owner.__dict__.get("request")
+            if original is None:
+                raise RuntimeError(f"openai {openai.__version__} has no {owner.__name__}.request to instrument; "
+                                   f"install a supported version: pip install 'openai>=1.40,<4'")
+            owner.request = make_wrapper(original)
+            _originals.append((owner, "request", original))
+        return True
+
+
+def uninstrument_openai() -> bool:
+    """Restore openai's original methods. Idempotent.
+
+    Traced agents do not switch capture back on afterwards, until `instrument_openai()` or
+    `configure(instrument_openai=True)` is called. Returns True when something was restored.
+    """
+    global _auto_instrument
+    with _lock:
+        _auto_instrument = False
+        restored = bool(_originals)
+        while _originals:
+            owner, name, original = _originals.pop()
+            setattr(owner, name, original)
+        return restored
+
+
+def is_openai_instrumented() -> bool:
+    """True while openai calls are being recorded."""
+    return bool(_originals)
+
+
+def set_auto_instrument(enabled: bool) -> None:
+    """Whether traced agents switch capture on at their first call (see `configure`)."""
+    global _auto_instrument
+    _auto_instrument = enabled
+
+
+def ensure_openai_instrumented() -> None:
+    """Called by traced agents: instrument once, unless the user turned automatic capture off."""
+    if _auto_instrument and not _originals:
+        try:
+            instrument_openai()
+        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
+            report_internal_error("instrumenting openai")
+
+
+def _warn_if_unsupported(version: str) -> None:
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    low, high = SUPPORTED_OPENAI
+    if not low <= parts < high:
+        warnings.warn(f"lightning-sdk's openai capture is tested with openai >={low[0]}.{low[1]},<{high[0]}; "
+                      f"found {version}. Calls may go unrecorded; install a supported version "
+                      f"(pip install 'openai>=1.40,<4').", RuntimeWarning, stacklevel=3)
+
+
+def _endpoint_kind(options: Any) -> str | None:
+    """`"chat"`, `"completion"` or None (an endpoint we do not record)."""
+    if getattr(options, "method", "").lower() != "post":
+        return None
+    url = str(getattr(options, "url", ""))
+    if url.endswith("/chat/completions"):
+        return "chat"
+    return "completion" if url.endswith("/completions") else None
+
+
+def _options_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return kwargs["options"] if "options" in kwargs else (args[1] if len(args) > 1 else None)
+
+
+def _sync_request(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if current_episode() is None:
+            return original(self, *args, **kwargs)
+        recording = _start(self, _options_of(args, kwargs))
+        if recording is None:
+            return original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except Exception as error:
+            recording.guarded(recording.record_error, error)
+            raise
+        recording.guarded(recording.handle_result, result)
+        return result
+
+    return request
+
+
+def _async_request(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if current_episode() is None:
+            return await original(self, *args, **kwargs)
+        recording = _start(self, _options_of(args, kwargs))
+        if recording is None:
+            return await original(self, *args, **kwargs)
+        try:
+            result = await original(self, *args, **kwargs)
+        except Exception as error:
+            recording.guarded(recording.record_error, error)
+            raise
+        recording.guarded(recording.handle_result, result)
+        return result
+
+    return request
+
+
+def _start(client: Any, options: Any) -> _Recording | None:
+    try:
+        kind = _endpoint_kind(options)
+        return _Recording(kind, client, options) if kind else None
+    except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
+        report_internal_error("reading an openai request")
+        return None
+
+
+class _Recording:
+    """One request's recording: the episode and attributes captured at its start, and its outcome."""
+
+    def __init__(self, kind: str, client: Any, options: Any) -> None:
+        body = dict(options.json_data or {})
+        body.update(getattr(options, "extra_json", None) or {})  # extra_body= values are sent too
+        self.prompts = body.get("prompt")
+        self.episode = current_episode()
+        self.attributes = current_call_attributes()
+        self.template = request_record(kind, body, str(client.base_url).rstrip("/"), time.time())
+        self.recorded = False
+        self.parsed = False
+
+    @staticmethod
+    def guarded(step: Callable[..., Any], *args: Any) -> None:
+        try:
+            step(*args)
+        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
+            report_internal_error("recording an openai call")
+
+    def record(self, calls: list[LLMCall]) -> None:
+        if self.recorded:
+            return
+        self.recorded = True
+        for call in calls:
+            record_call(call, episode=self.episode, attributes=self.attributes)
+
+    def record_error(self, error: BaseException) -> None:
+        self.record([failed_call(self.template, error)])
+
+    def handle_result(self, result: Any) -> None:
+        from openai import AsyncStream, Stream
+        from openai._legacy_response import LegacyAPIResponse
+        from openai._response import BaseAPIResponse
+
+        if isinstance(result, Stream):
+            self._wrap_stream(result)
+        elif isinstance(result, AsyncStream):
+            self._wrap_async_stream(result)
+        elif isinstance(result, LegacyAPIResponse | BaseAPIResponse):
+            self._wrap_parse(result)
+        elif hasattr(result, "choices"):
+            self.record(calls_from_response(self.template, result, self.prompts))
+
+    def _wrap_parse(self, raw: Any) -> None:
+        """`with_raw_response` / `with_streaming_response`: record what `.parse()` gives the user."""
+        original_parse = raw.parse
+        if inspect.iscoroutinefunction(original_parse):
+            async def parse(*args: Any, **kwargs: Any) -> Any:
+                result = await original_parse(*args, **kwargs)
+                self._after_parse(result)
+                return result
+        else:
+            def parse(*args: Any, **kwargs: Any) -> Any:
+                result = original_parse(*args, **kwargs)
+                self._after_parse(result)
+                return result
+        raw.parse = parse
+
+    def _after_parse(self, result: Any) -> None:
+        from openai import AsyncStream, Stream
+
+        if self.parsed or not (isinstance(result, Stream | AsyncStream) or hasattr(result, "choices")):
+            return  # parse(to=dict) and the like: nothing we can read
+        self.parsed = True
+        self.guarded(self.handle_result, result)
+
+    def _wrap_stream(self, stream: Any) -> None:
+        """Record when the user has consumed the stream or closed it, with exactly what they saw."""
+        tap, inner, original_close = _StreamTap(self), stream._iterator, stream.close
+
+        def iterate() -> Any:
+            try:
+                for chunk in inner:
+                    tap.seen(chunk)
+                    yield chunk
+                tap.exhausted = True
+            except Exception as error:
+                tap.error = error
+                raise
+            finally:
+                tap.finish()
+
+        def close() -> None:
+            tap.finish()
+            original_close()
+
+        stream._iterator, stream.close = iterate(), close
+
+    def _wrap_async_stream(self, stream: Any) -> None:
+        tap, inner, original_close = _StreamTap(self), stream._iterator, stream.close
+
+        async def iterate() -> Any:
+            try:
+                async for chunk in inner:
+                    tap.seen(chunk)
+                    yield chunk
+                tap.exhausted = True
+            except Exception as error:
+                tap.error = error
+                raise
+            finally:
+                tap.finish()
+
+        async def close() -> None:
+            tap.finish()
+            await original_close()
+
+        stream._iterator, stream.close = iterate(), close
+
+
+class _StreamTap:
+    """What the sync and async stream wrappers share: collect chunks, record once at the end."""
+
+    def __init__(self, recording: _Recording) -> None:
+        self.recording = recording
+        self.assembler = StreamAssembler(recording.template, recording.prompts)
+        self.exhausted = False
+        self.error: BaseException | None = None
+
+    def seen(self, chunk: Any) -> None:
+        self.recording.guarded(self.assembler.add, chunk)
+
+    def finish(self) -> None:
+        error = f"{type(self.error).__name__}: {self.error}" if self.error is not None else None
+        closed_early = not self.exhausted and self.error is None
+        self.recording.guarded(lambda: self.recording.record(self.assembler.calls(error, closed_early)))

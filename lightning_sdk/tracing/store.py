@@ -1,0 +1,184 @@
+"""`EpisodeStore`: finished episodes in one SQLite file, to train on later or export.
+
+One row per top-level episode: a few indexed columns to filter on (run, name, start time) and the
+whole episode, sub-agents included, as JSON. The database runs in WAL mode, so a trainer or a
+notebook can read the file while an agent keeps appending to it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Self
+
+from lightning_sdk.tracing.episode import Episode
+
+__all__ = ["EpisodeStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS episodes (
+    id TEXT PRIMARY KEY,
+    run_id TEXT,
+    name TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    reward REAL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS episodes_by_run ON episodes (run_id, started_at);
+CREATE INDEX IF NOT EXISTS episodes_by_name ON episodes (name, started_at);
+CREATE INDEX IF NOT EXISTS episodes_by_time ON episodes (started_at);
+"""
+
+Time = float | dt.datetime
+
+
+def _timestamp(value: Time) -> float:
+    return value.timestamp() if isinstance(value, dt.datetime) else float(value)
+
+
+class EpisodeStore:
+    """Append finished episodes to a SQLite file and read them back.
+
+        store = ls.EpisodeStore("episodes.db")
+        ls.configure(store=store)                      # every finished episode is appended
+        recent = store.episodes(name="solver", since=time.time() - 3600)
+        store.export_jsonl("episodes.jsonl", run_id="prod")
+
+    Safe to share between threads (writes are serialised by a lock). Adding an episode whose id is
+    already stored replaces it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._connection.execute("PRAGMA journal_mode=WAL")
+        self._connection.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; fast appends
+        self._connection.execute("PRAGMA busy_timeout=10000")  # wait for other processes' writes
+        self._connection.executescript(_SCHEMA)
+
+    def add(self, episode: Episode) -> None:
+        """Append one finished episode."""
+        self.add_many([episode])
+
+    def add_many(self, episodes: Iterable[Episode]) -> None:
+        """Append several episodes in one transaction."""
+        rows = [(e.id, e.run_id, e.name, e.started_at, e.ended_at, e.reward, e.to_json()) for e in episodes]
+        with self._lock:
+            self._connection.execute("BEGIN")
+            try:
+                self._connection.executemany("INSERT OR REPLACE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            self._connection.execute("COMMIT")
+
+    def get(self, episode_id: str) -> Episode | None:
+        """The episode with this id, or None."""
+        with self._lock:
+            row = self._connection.execute("SELECT data FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+        return Episode.from_json(row[0]) if row else None
+
+    def episodes(
+        self,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        since: Time | None = None,
+        until: Time | None = None,
+        limit: int | None = None,
+    ) -> list[Episode]:
+        """Stored episodes matching every given filter, oldest first.
+
+        Args:
+            run_id: only this run's episodes.
+            name: only episodes of the agent with this name.
+            since: only episodes started at or after this time (unix seconds or a datetime).
+            until: only episodes started before this time.
+            limit: at most this many, the most recent ones.
+        """
+        return list(self._iter(run_id=run_id, name=name, since=since, until=until, limit=limit))
+
+    def _iter(self, *, run_id: str | None, name: str | None, since: Time | None, until: Time | None,
+              limit: int | None) -> Iterator[Episode]:
+        where, params = _filters(run_id, name, since, until)
+        query = f"SELECT data FROM episodes {where} ORDER BY started_at DESC, rowid DESC"
+        if limit is not None:
+            if limit < 0:
+                raise ValueError(f"limit must be >= 0, got {limit}")
+            query += " LIMIT ?"
+            params.append(limit)
+        with self._lock:
+            rows = self._connection.execute(query, params).fetchall()
+        for (data,) in reversed(rows):
+            yield Episode.from_json(data)
+
+    def count(self, *, run_id: str | None = None, name: str | None = None) -> int:
+        """How many episodes match the filters."""
+        where, params = _filters(run_id, name, None, None)
+        with self._lock:
+            return self._connection.execute(f"SELECT COUNT(*) FROM episodes {where}", params).fetchone()[0]
+
+    def run_ids(self) -> list[str]:
+        """The distinct run ids stored, in order of first appearance."""
+        with self._lock:
+            rows = self._connection.execute(
+                "SELECT run_id FROM episodes WHERE run_id IS NOT NULL GROUP BY run_id ORDER BY MIN(started_at)"
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def export_jsonl(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        since: Time | None = None,
+        until: Time | None = None,
+        limit: int | None = None,
+    ) -> int:
+        """Write matching episodes to a JSON Lines file (one `Episode.to_json()` per line).
+
+        Returns the number of episodes written. Read them back with `Episode.from_json(line)`.
+        """
+        episodes = self._iter(run_id=run_id, name=name, since=since, until=until, limit=limit)
+        count = 0
+        with open(path, "w", encoding="utf-8") as file:
+            for episode in episodes:
+                file.write(episode.to_json() + "\n")
+                count += 1
+        return count
+
+    def close(self) -> None:
+        """Close the database connection."""
+        with self._lock:
+            self._connection.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __repr__(self) -> str:
+        return f"EpisodeStore({str(self.path)!r})"
+
+
+def _filters(run_id: str | None, name: str | None, since: Time | None, until: Time | None
+             ) -> tuple[str, list[object]]:
+    clauses, params = [], []
+    for clause, value in (("run_id = ?", run_id), ("name = ?", name), ("started_at >= ?", since),
+                          ("started_at < ?", until)):
+        if value is not None:
+            clauses.append(clause)
+            params.append(_timestamp(value) if clause.startswith("started_at") else value)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
