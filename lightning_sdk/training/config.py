@@ -1,0 +1,362 @@
+"""`TrainerConfig`: every knob of a training run, with defaults for the bundled 135M model on a CPU.
+
+Bad values are rejected when the config is built, with a message that says what is wrong, why it
+matters and what to set instead, so a run never fails an hour in because of a typo.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+__all__ = ["DEFAULT_LORA_TARGET_MODULES", "TrainerConfig"]
+
+DEFAULT_LORA_TARGET_MODULES: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
+"""Every attention and MLP projection of Llama-style models (SmolLM2, Llama, Qwen, Mistral)."""
+
+CreditRule = Literal["equal", "last", "discounted"]
+
+
+@dataclass
+class TrainerConfig:
+    """Configuration of `Trainer.fit`; every field has a default that works for the bundled model on a CPU."""
+
+    # --- the schedule -------------------------------------------------------------------------------
+    group_size: int = 8
+    """Episodes per task in one step. GRPO compares a task's episodes with each other, so at least 2."""
+    batch_size: int = 4
+    """Tasks per step; a step runs `batch_size * group_size` episodes."""
+    max_steps: int = 50
+    """Training steps of the run (the dataset is reshuffled and repeated as needed)."""
+    shuffle: bool = True
+    """Shuffle the training tasks (with `seed`) at the start of each pass over the dataset."""
+    seed: int = 0
+    """Seed of Python, NumPy and torch random generators (data order, LoRA init, dropout)."""
+
+    # --- optimizer --------------------------------------------------------------------------------
+    learning_rate: float = 1e-4
+    """Peak AdamW learning rate of the LoRA weights."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Training steps of linear learning-rate warm-up from 0 to `learning_rate`."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate shape after warm-up: constant, or a linear or cosine decay to 0 at `max_steps`."""
+    max_grad_norm: float | None = 1.0
+    """Clip the global gradient norm to this value before each optimizer step; `None` disables clipping."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward pass; gradients of the micro-batches are accumulated. Lower it to
+    save memory, it does not change the result."""
+    mini_batches_per_step: int = 1
+    """Optimizer steps per training step: the step's samples are split into this many mini-batches.
+    1 is fully on-policy; more reuses each rollout for several updates, with PPO clipping keeping
+    the later updates close to the rollout policy (costs one extra forward pass over all samples)."""
+
+    # --- LoRA ---------------------------------------------------------------------------------------
+    lora_rank: int = 16
+    """Rank of the LoRA matrices."""
+    lora_alpha: float = 32.0
+    """LoRA scaling numerator: the update is scaled by `lora_alpha / lora_rank`."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input. Kept at 0 by default so the trained policy equals the sampled one."""
+    lora_target_modules: Sequence[str] | str = DEFAULT_LORA_TARGET_MODULES
+    """Module names that receive LoRA adapters, or `"all-linear"`."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, about a third more compute."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Training dtype of the base weights: `"auto"` is float32 on a CPU and bfloat16 on a GPU."""
+
+    # --- rollouts -------------------------------------------------------------------------------------
+    temperature: float = 1.0
+    """Sampling temperature of training rollouts. RL needs exploration: the policy gradient uses the
+    same temperature to compute the log-probabilities of the sampled tokens."""
+    top_p: float = 1.0
+    """Nucleus sampling of training rollouts. Below 1 the sampled tokens come from a truncated
+    distribution the loss does not model; keep 1 unless you know you want it."""
+    max_tokens: int = 256
+    """Cap on the completion tokens of one LLM call during rollouts."""
+    max_concurrency: int = 32
+    """Episodes running at the same time during a rollout."""
+    episode_timeout_s: float = 300.0
+    """Seconds one episode may run before it is cancelled and counted as failed."""
+    on_error: Literal["drop", "zero"] = "drop"
+    """A failed or timed-out episode is dropped from its group (`"drop"`) or scored 0 (`"zero"`)."""
+
+    # --- credit assignment and advantages ------------------------------------------------------------
+    credit: CreditRule | Callable[..., Sequence[float | None]] = "equal"
+    """How an episode's return becomes a reward per trained LLM call: `"equal"` (every call gets the
+    return, the paper's choice), `"last"` (only the final call is trained), `"discounted"` (reward to
+    go with `gamma`), or `fn(episode, calls) -> list[float | None]`. See `lightning_sdk.training.credit`."""
+    gamma: float = 1.0
+    """Discount per LLM call for `credit="discounted"`; 1 means no discount."""
+    train_agents: Sequence[str] | str | None = None
+    """Which agents' calls are trained in a multi-agent system: a list of names, a regular expression
+    matched against the whole name, or `None` for every agent. Calls to other endpoints are never trained."""
+    mode: Literal["transition", "trajectory"] = "transition"
+    """`"transition"`: one sample per trained call. `"trajectory"`: an episode's calls whose token ids
+    extend each other become one sequence, with tokens the model did not sample masked out."""
+    scale_advantages: bool = True
+    """Divide group-centred rewards by the group's standard deviation (GRPO). `False` is Dr. GRPO's
+    choice: it keeps easy and hard tasks from getting the same weight."""
+    advantage_eps: float = 1e-4
+    """Added to the group standard deviation before dividing, so near-uniform groups do not explode."""
+
+    # --- loss ---------------------------------------------------------------------------------------
+    loss_normalization: Literal["grpo", "dapo", "dr_grpo"] = "dapo"
+    """How token losses are averaged: `"grpo"` (mean per sequence, then over sequences), `"dapo"` (mean
+    over every trained token of the batch) or `"dr_grpo"` (sum per sequence over a constant length)."""
+    dr_grpo_length: int | None = None
+    """The constant length of `"dr_grpo"`; `None` uses `max_tokens`."""
+    epsilon_low: float = 0.2
+    """PPO clipping below: the probability ratio is clipped at `1 - epsilon_low` for negative advantages."""
+    epsilon_high: float = 0.28
+    """PPO clipping above: the ratio is clipped at `1 + epsilon_high` for positive advantages (DAPO's
+    "clip higher" keeps rare good tokens from being clipped too early)."""
+    kl_coef: float = 0.0
+    """Weight of the KL penalty to the base model (k3 estimator); the base log-probabilities come from
+    the same model with the adapter disabled. 0 skips the extra forward pass."""
+    importance_sampling_cap: float | None = 2.0
+    """Truncated importance sampling: each token's loss is weighted by `min(p_train / p_engine, cap)`
+    to correct for differences between the engine that sampled and the model that trains. `None`
+    disables the correction."""
+
+    # --- around the loop --------------------------------------------------------------------------------
+    save_every: int = 10
+    """Write a checkpoint every this many steps (and at the end); 0 writes only the final one."""
+    keep_checkpoints: int = 3
+    """How many of the newest checkpoints to keep on disk."""
+    eval_every: int = 10
+    """Evaluate on `val_dataset` every this many steps (and at the start and the end); 0 only at the
+    start and the end."""
+    eval_greedy: bool = True
+    """Evaluate with greedy decoding (temperature 0), so validation reward is not sampling noise."""
+    run_dir: str | None = None
+    """Folder of checkpoints, metrics and reports; `None` makes `runs/<date-time>` in the working
+    directory."""
+    weight_sync: Literal["auto", "merged", "lora"] = "auto"
+    """How new weights reach the engine: `"merged"` reloads merged weights in place (fast generation),
+    `"lora"` loads the adapter (fast push, slow CPU kernels), `"auto"` picks the faster for the device."""
+    report_to: Sequence[Literal["tensorboard", "wandb"]] = ()
+    """Extra metric backends beside `metrics.jsonl`: `"tensorboard"` and/or `"wandb"`."""
+    wandb_project: str | None = None
+    """W&B project name (`None`: W&B's default) when `"wandb"` is in `report_to`."""
+    progress_bar: bool = True
+    """Show a live progress line with step, reward and speed."""
+
+    def __post_init__(self) -> None:
+        self.lora_target_modules = _normalise_target_modules(self.lora_target_modules)
+        self.report_to = tuple(self.report_to)
+        if isinstance(self.train_agents, (list, tuple, set, frozenset)):
+            self.train_agents = tuple(self.train_agents)
+        for check in _CHECKS:
+            problem = check(self)
+            if problem:
+                raise ValueError(f"TrainerConfig: {problem}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (a callable `credit` is written as its qualified name)."""
+        data = asdict(self)
+        if callable(self.credit):
+            data["credit"] = getattr(self.credit, "__qualname__", repr(self.credit))
+        data["lora_target_modules"] = (
+            self.lora_target_modules
+            if isinstance(self.lora_target_modules, str)
+            else list(self.lora_target_modules)
+        )
+        data["report_to"] = list(self.report_to)
+        if isinstance(self.train_agents, tuple):
+            data["train_agents"] = list(self.train_agents)
+        return data
+
+
+def _normalise_target_modules(value: Sequence[str] | str) -> tuple[str, ...] | str:
+    if isinstance(value, str):
+        return value
+    return tuple(value)
+
+
+def _choice(name: str, options: Sequence[str]) -> Callable[[TrainerConfig], str | None]:
+    def check(config: TrainerConfig) -> str | None:
+        value = getattr(config, name)
+        if value not in options:
+            return f"{name}={value!r} is not one of {list(options)}; set {name} to one of them."
+        return None
+
+    return check
+
+
+def _at_least(name: str, minimum: float, why: str) -> Callable[[TrainerConfig], str | None]:
+    def check(config: TrainerConfig) -> str | None:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{name}={value!r} must be a finite number."
+        if value < minimum:
+            return f"{name}={value!r} is too small: {why}. Set {name} >= {minimum}."
+        return None
+
+    return check
+
+
+def _check_int_fields(config: TrainerConfig) -> str | None:
+    names = ("group_size", "batch_size", "max_steps", "micro_batch_size", "mini_batches_per_step",
+             "lora_rank", "max_tokens", "max_concurrency", "save_every", "keep_checkpoints",
+             "eval_every", "warmup_steps", "seed")  # fmt: skip
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{name}={value!r} must be an integer."
+    return None
+
+
+def _check_group_size(config: TrainerConfig) -> str | None:
+    if config.group_size < 2:
+        return (
+            f"group_size={config.group_size} leaves nothing to compare: GRPO scores each episode against "
+            "the other episodes of the same task. Set group_size >= 2 (4 to 16 is typical)."
+        )
+    return None
+
+
+def _check_sampling(config: TrainerConfig) -> str | None:
+    if not 0 < config.temperature <= 10:
+        return (
+            f"temperature={config.temperature} cannot train: rollouts must sample (temperature 0 is "
+            "greedy, every episode of a group would be the same). Set temperature in (0, 10], usually 1.0."
+        )
+    if not 0 < config.top_p <= 1:
+        return f"top_p={config.top_p} must be in (0, 1]; set top_p=1.0 to sample the full distribution."
+    return None
+
+
+def _check_clipping(config: TrainerConfig) -> str | None:
+    if not 0 <= config.epsilon_low < 1:
+        return (
+            f"epsilon_low={config.epsilon_low} must be in [0, 1): the ratio is clipped at "
+            "1 - epsilon_low, which must stay positive. Set epsilon_low=0.2."
+        )
+    if config.epsilon_high < 0 or not math.isfinite(config.epsilon_high):
+        return f"epsilon_high={config.epsilon_high} must be >= 0 (the ratio is clipped at 1 + epsilon_high)."
+    return None
+
+
+def _check_importance_cap(config: TrainerConfig) -> str | None:
+    cap = config.importance_sampling_cap
+    if cap is not None and (not math.isfinite(cap) or cap < 1):
+        return (
+            f"importance_sampling_cap={cap} must be >= 1 (a cap below 1 down-weights every token, even "
+            "when trainer and engine agree) or None to disable the correction. Typical: 2.0."
+        )
+    return None
+
+
+def _check_credit(config: TrainerConfig) -> str | None:
+    if callable(config.credit):
+        return None
+    if config.credit not in ("equal", "last", "discounted"):
+        return (
+            f"credit={config.credit!r} is unknown; set 'equal', 'last', 'discounted' or a function "
+            "fn(episode, calls) -> list of rewards (one per call, None to leave a call untrained)."
+        )
+    if not 0 < config.gamma <= 1:
+        return f"gamma={config.gamma} must be in (0, 1]; 1 means no discount, 0.9 a strong one."
+    return None
+
+
+def _check_train_agents(config: TrainerConfig) -> str | None:
+    agents = config.train_agents
+    if agents is None:
+        return None
+    if isinstance(agents, str):
+        try:
+            re.compile(agents)
+        except re.error as error:
+            return f"train_agents={agents!r} is not a valid regular expression ({error}); fix the pattern."
+        return None
+    if not agents or not all(isinstance(name, str) and name for name in agents):
+        return (
+            f"train_agents={agents!r} must be None (every agent), a regular expression, or a non-empty "
+            "list of agent names."
+        )
+    return None
+
+
+def _check_lora(config: TrainerConfig) -> str | None:
+    modules = config.lora_target_modules
+    if isinstance(modules, str):
+        if not modules:
+            return "lora_target_modules is empty; set 'all-linear' or a list such as ['q_proj', 'v_proj']."
+    elif not modules or not all(isinstance(name, str) and name for name in modules):
+        return "lora_target_modules must be 'all-linear' or a non-empty list of module names."
+    if not 0 <= config.lora_dropout < 1:
+        return f"lora_dropout={config.lora_dropout} must be in [0, 1)."
+    return None
+
+
+def _check_report_to(config: TrainerConfig) -> str | None:
+    unknown = [name for name in config.report_to if name not in ("tensorboard", "wandb")]
+    if unknown:
+        return f"report_to has unknown backend(s) {unknown}; use 'tensorboard' and/or 'wandb'."
+    return None
+
+
+def _check_dr_grpo_length(config: TrainerConfig) -> str | None:
+    length = config.dr_grpo_length
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+        return f"dr_grpo_length={length!r} must be a positive integer or None (use max_tokens)."
+    return None
+
+
+def _check_grad_norm(config: TrainerConfig) -> str | None:
+    norm = config.max_grad_norm
+    if norm is not None and (not math.isfinite(norm) or norm <= 0):
+        return f"max_grad_norm={norm} must be a positive number, or None to disable clipping."
+    return None
+
+
+_CHECKS: list[Callable[[TrainerConfig], str | None]] = [
+    _check_int_fields,
+    _check_group_size,
+    _at_least("batch_size", 1, "a step needs at least one task"),
+    _at_least("max_steps", 1, "the run must train at least one step"),
+    _at_least("micro_batch_size", 1, "each forward pass needs at least one sequence"),
+    _at_least("mini_batches_per_step", 1, "each step makes at least one optimizer step"),
+    _at_least("lora_rank", 1, "a LoRA adapter needs rank >= 1"),
+    _at_least("lora_alpha", 0, "a negative scale flips the update"),
+    _at_least("max_tokens", 1, "each call must be allowed to generate"),
+    _at_least("max_concurrency", 1, "at least one episode must run at a time"),
+    _at_least("episode_timeout_s", 0.001, "episodes need time to run"),
+    _at_least("learning_rate", 0, "a negative learning rate climbs the loss"),
+    _at_least("weight_decay", 0, "negative decay grows the weights"),
+    _at_least("warmup_steps", 0, "warm-up cannot be negative"),
+    _at_least("save_every", 0, "0 means only the final checkpoint"),
+    _at_least("keep_checkpoints", 1, "resuming needs the newest checkpoint"),
+    _at_least("eval_every", 0, "0 means only at the start and the end"),
+    _at_least("kl_coef", 0, "a negative KL weight pushes the model away from the base model"),
+    _at_least("advantage_eps", 0, "it is added to a standard deviation before dividing"),
+    _check_sampling,
+    _choice("on_error", ("drop", "zero")),
+    _check_credit,
+    _check_train_agents,
+    _choice("mode", ("transition", "trajectory")),
+    _choice("loss_normalization", ("grpo", "dapo", "dr_grpo")),
+    _check_dr_grpo_length,
+    _check_clipping,
+    _check_importance_cap,
+    _check_grad_norm,
+    _check_lora,
+    _choice("dtype", ("auto", "float32", "bfloat16", "float16")),
+    _choice("lr_schedule", ("constant", "linear", "cosine")),
+    _choice("weight_sync", ("auto", "merged", "lora")),
+    _check_report_to,
+]

@@ -1,0 +1,178 @@
+"""The LoRA policy: build it with peft, save and load the adapter, export merged weights for the engine.
+
+The trainer keeps one model in memory: the base weights (frozen) plus the LoRA adapter. The base
+model, needed for the KL term, is the same model with the adapter disabled (`model.disable_adapter()`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
+
+__all__ = [
+    "ADAPTER_WEIGHTS_FILE",
+    "build_lora_model",
+    "export_merged_model",
+    "load_adapter_weights",
+    "load_base_model",
+    "merged_state_dict",
+    "resolve_dtype",
+    "save_adapter",
+]
+
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+"""The file peft writes (and vLLM's LoRA loader reads) inside an adapter folder."""
+
+
+def resolve_dtype(name: str, device: torch.device | str = "cpu") -> torch.dtype:
+    """`"auto"` is float32 on a CPU (fast fp32 kernels, exact gradients) and bfloat16 elsewhere."""
+    if name == "auto":
+        return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in dtypes:
+        raise ValueError(f"dtype={name!r} is unknown; use 'auto', 'float32', 'bfloat16' or 'float16'.")
+    return dtypes[name]
+
+
+def load_base_model(
+    model_path: str | os.PathLike[str],
+    dtype: str = "auto",
+    device: torch.device | str = "cpu",
+    gguf_file: str | None = None,
+) -> PreTrainedModel:
+    """Load a Hugging Face causal LM folder (as resolved by `lightning_sdk.engine.models.resolve_model`)."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype, device)}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), **kwargs)
+    return model.to(device)
+
+
+def build_lora_model(base_model: PreTrainedModel, config: Any) -> PeftModel:
+    """Wrap `base_model` with a fresh LoRA adapter from a `TrainerConfig` (rank, alpha, dropout, targets).
+
+    The LoRA `B` matrices start at zero (peft's default), so the wrapped model starts as the base model.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    targets = config.lora_target_modules
+    lora_config = LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=targets if isinstance(targets, str) else list(targets),
+        task_type="CAUSAL_LM",
+    )
+    if config.gradient_checkpointing:
+        base_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = get_peft_model(base_model, lora_config)
+    if config.gradient_checkpointing:
+        # The frozen embedding output has no grad; checkpointed blocks need inputs that require one.
+        model.enable_input_require_grads()
+    return model
+
+
+def merged_state_dict(model: PeftModel, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The base model's weights with the active LoRA deltas added, under the Hugging Face checkpoint names.
+
+    These are the names the original checkpoint (and vLLM's `load_weights`) use, e.g.
+    `model.layers.0.self_attn.q_proj.weight`. The training model is not modified (no in-place merge).
+    Tied weights appear once, as in a saved checkpoint. Tensors of layers without LoRA are detached
+    views of the model's own parameters unless `dtype` asks for a conversion: do not modify them.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    merged: dict[str, torch.Tensor] = {}
+    lora_modules = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    with torch.no_grad():
+        for name, module in lora_modules.items():
+            weight = module.get_base_layer().weight
+            delta = sum(
+                (
+                    module.get_delta_weight(adapter)
+                    for adapter in module.active_adapters
+                    if adapter in module.lora_A
+                ),
+                torch.zeros_like(weight),
+            )
+            merged[f"{name}.weight"] = (weight + delta.to(weight.dtype)).detach()
+        seen_storage: set[int] = set()
+        result: dict[str, torch.Tensor] = {}
+        for key, tensor in base.state_dict(keep_vars=False).items():
+            if "lora_" in key:
+                continue
+            clean = key.replace(".base_layer.", ".")
+            value = merged.get(clean, tensor.detach())
+            if clean not in merged:
+                # Tied weights (lm_head = embed_tokens) share storage: keep the first name,
+                # as save_pretrained does.
+                pointer = value.untyped_storage().data_ptr()
+                if pointer in seen_storage:
+                    continue
+                seen_storage.add(pointer)
+            result[clean] = value if dtype is None else value.to(dtype)
+    return result
+
+
+def save_adapter(model: PeftModel, path: str | os.PathLike[str]) -> Path:
+    """Write the adapter (`adapter_model.safetensors` + `adapter_config.json`) into the folder `path`."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+def load_adapter_weights(model: PeftModel, path: str | os.PathLike[str]) -> None:
+    """Load adapter weights saved by `save_adapter` into an existing LoRA model of the same shape."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    file = Path(path) / ADAPTER_WEIGHTS_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} does not exist; pass a folder written by save_adapter.")
+    result = set_peft_model_state_dict(model, load_file(str(file)))
+    unexpected = getattr(result, "unexpected_keys", [])
+    if unexpected:
+        raise ValueError(
+            f"The adapter in {path} does not fit this model (unexpected keys such as {unexpected[:3]}); "
+            "build the model with the LoRA settings the adapter was trained with."
+        )
+
+
+def export_merged_model(
+    model: PeftModel,
+    path: str | os.PathLike[str],
+    tokenizer: Any = None,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write a standalone Hugging Face model folder (config, merged safetensors, tokenizer) to `path`.
+
+    The folder loads with `AutoModelForCausalLM.from_pretrained(path)` and with vLLM, without peft.
+    """
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    weights = merged_state_dict(model, dtype=dtype)
+    save_file({key: value.contiguous() for key, value in weights.items()}, str(path / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+    config = copy.deepcopy(model.get_base_model().config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # a GGUF-loaded config would make loaders look for GGUF weights
+    if dtype is not None:
+        config.dtype = dtype
+    config.save_pretrained(str(path))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(path))
+    return path

@@ -1,0 +1,181 @@
+"""Token-level clipped policy-gradient loss with truncated importance sampling and an optional KL term.
+
+For every trained token `t` with advantage `A_t`:
+
+    ratio_t = exp(logp_t - logp_old_t)                        (1 with a gradient, when fully on-policy)
+    pg_t    = max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - eps_low, 1 + eps_high))
+    w_t     = min(exp(logp_old_t - logp_engine_t), C)         (truncated importance sampling, no gradient)
+    kl_t    = exp(logp_ref_t - logp_t) - (logp_ref_t - logp_t) - 1        (k3 estimator, >= 0)
+    loss_t  = w_t * pg_t + beta * kl_t
+
+`logp` is the model being trained, `logp_old` the same model before this step's first update (the
+policy the importance ratio is measured against), `logp_engine` what the inference engine reported
+when it sampled the token (it differs from `logp_old` through kernels, precision and weight-sync
+lag), `logp_ref` the base model (adapter disabled). The token losses are then combined with weights
+`weight_t` (see `token_weights`) into `loss = sum_t weight_t * loss_t`:
+
+- `grpo`:    `1 / (n_i * N)`: mean over each sequence's `n_i` trained tokens, then over the `N` sequences;
+- `dapo`:    `1 / T`: mean over all `T` trained tokens of the mini-batch;
+- `dr_grpo`: `1 / (L * N)`: sum per sequence divided by a constant length `L`, mean over sequences.
+
+`N` and `T` count the whole mini-batch (every micro-batch of one optimizer step), so gradient
+accumulation gives the same update as one big batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["LossOptions", "LossStats", "policy_loss", "token_weights"]
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """The loss settings (a subset of `TrainerConfig`)."""
+
+    epsilon_low: float = 0.2
+    """Lower clip range of the ratio."""
+    epsilon_high: float = 0.28
+    """Upper clip range of the ratio."""
+    kl_coef: float = 0.0
+    """Weight `beta` of the k3 KL term."""
+    importance_sampling_cap: float | None = 2.0
+    """Cap `C` of the truncated importance weight; `None` disables it."""
+    normalization: str = "dapo"
+    """`"grpo"`, `"dapo"` or `"dr_grpo"`."""
+    dr_grpo_length: int = 256
+    """The constant `L` of `dr_grpo`."""
+
+    @classmethod
+    def from_config(cls, config: object) -> LossOptions:
+        """Build from a `TrainerConfig`."""
+        return cls(
+            epsilon_low=config.epsilon_low,
+            epsilon_high=config.epsilon_high,
+            kl_coef=config.kl_coef,
+            importance_sampling_cap=config.importance_sampling_cap,
+            normalization=config.loss_normalization,
+            dr_grpo_length=config.dr_grpo_length or config.max_tokens,
+        )
+
+
+@dataclass
+class LossStats:
+    """Sums over trained tokens, accumulated over micro-batches; `summary()` turns them into metrics."""
+
+    tokens: float = 0.0
+    clipped: float = 0.0
+    ratio_sum: float = 0.0
+    is_weight_tokens: float = 0.0
+    is_ratio_sum: float = 0.0
+    is_ratio_max: float = 0.0
+    is_capped: float = 0.0
+    kl_sum: float = 0.0
+    entropy_sum: float = 0.0
+    loss: float = 0.0
+
+    def add(self, other: LossStats) -> None:
+        """Accumulate another micro-batch's sums."""
+        for name in vars(self):
+            if name == "is_ratio_max":
+                self.is_ratio_max = max(self.is_ratio_max, other.is_ratio_max)
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def summary(self) -> dict[str, float]:
+        """Per-token means: clip fraction, PPO ratio, importance ratio (mean, max, capped fraction), KL,
+        entropy, and the summed loss."""
+        tokens = max(self.tokens, 1.0)
+        weighted = max(self.is_weight_tokens, 1.0)
+        return {
+            "loss": self.loss,
+            "clip_fraction": self.clipped / tokens,
+            "ratio_mean": self.ratio_sum / tokens,
+            "importance_ratio_mean": self.is_ratio_sum / weighted if self.is_weight_tokens else 1.0,
+            "importance_ratio_max": self.is_ratio_max if self.is_weight_tokens else 1.0,
+            "importance_capped_fraction": self.is_capped / weighted,
+            "kl": self.kl_sum / tokens,
+            "entropy": self.entropy_sum / tokens,
+            "trained_tokens": self.tokens,
+        }
+
+
+def token_weights(
+    loss_mask: torch.Tensor,
+    normalization: str,
+    num_sequences: int,
+    num_tokens: int,
+    length_constant: int = 256,
+) -> torch.Tensor:
+    """Weight of each token in the loss sum (see the module docstring); 0 where `loss_mask` is 0.
+
+    Args:
+        loss_mask: `[B, W]` 1 for trained tokens.
+        normalization: `"grpo"`, `"dapo"` or `"dr_grpo"`.
+        num_sequences: sequences with trained tokens in the whole mini-batch (`N`).
+        num_tokens: trained tokens in the whole mini-batch (`T`).
+        length_constant: `L` for `dr_grpo`.
+    """
+    mask = loss_mask.float()
+    if normalization == "grpo":
+        per_sequence = mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+        return mask / per_sequence / max(num_sequences, 1)
+    if normalization == "dapo":
+        return mask / max(num_tokens, 1)
+    if normalization == "dr_grpo":
+        return mask / (length_constant * max(num_sequences, 1))
+    raise ValueError(f"normalization={normalization!r} is unknown; use 'grpo', 'dapo' or 'dr_grpo'.")
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    options: LossOptions,
+    sampling_logprobs: torch.Tensor | None = None,
+    has_sampling_logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, LossStats]:
+    """The loss of one micro-batch (all tensors `[B, W]`) and its statistics.
+
+    `weights` come from `token_weights` and are 0 on untrained tokens. `old_logprobs` must not carry
+    a gradient; pass `logprobs.detach()` when the samples were not used for an update yet.
+    """
+    mask = weights > 0
+    ratio = torch.exp(logprobs - old_logprobs)
+    clipped_ratio = torch.clamp(ratio, 1.0 - options.epsilon_low, 1.0 + options.epsilon_high)
+    unclipped_loss = -advantages * ratio
+    clipped_loss = -advantages * clipped_ratio
+    token_loss = torch.maximum(unclipped_loss, clipped_loss)
+    stats = LossStats(tokens=float(mask.sum()))
+    stats.clipped = float(((clipped_loss > unclipped_loss) & mask).sum())
+    stats.ratio_sum = float(ratio.detach()[mask].sum())
+
+    if options.importance_sampling_cap is not None and sampling_logprobs is not None:
+        known = mask if has_sampling_logprobs is None else mask & has_sampling_logprobs
+        raw = torch.exp(old_logprobs.detach() - sampling_logprobs)
+        importance = torch.where(known, raw.clamp(max=options.importance_sampling_cap), torch.ones_like(raw))
+        token_loss = token_loss * importance
+        stats.is_weight_tokens = float(known.sum())
+        if stats.is_weight_tokens:
+            stats.is_ratio_sum = float(raw[known].sum())
+            stats.is_ratio_max = float(raw[known].max())
+            stats.is_capped = float((raw[known] > options.importance_sampling_cap).sum())
+
+    if ref_logprobs is not None:
+        log_ratio = ref_logprobs - logprobs
+        kl = torch.exp(log_ratio) - log_ratio - 1.0
+        stats.kl_sum = float(kl.detach()[mask].sum())
+        if options.kl_coef:
+            token_loss = token_loss + options.kl_coef * kl
+
+    if entropy is not None:
+        stats.entropy_sum = float(entropy.detach()[mask].sum())
+    # where() rather than a product, so a non-finite value on a padding position cannot leak in (0 * inf).
+    loss = torch.where(mask, token_loss * weights, torch.zeros_like(token_loss)).sum()
+    stats.loss = float(loss.detach())
+    return loss, stats

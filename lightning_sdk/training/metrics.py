@@ -1,0 +1,210 @@
+"""Metrics of a run: `metrics.jsonl` always, TensorBoard and W&B on request, and a live progress line.
+
+`metrics.jsonl` has one JSON object per line, each with `step` and `time` plus the step's metrics;
+it is flushed after every line, so a killed run keeps every finished step. Non-finite numbers are
+written as `null` (JSON has no NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Self
+
+__all__ = ["METRICS_FILE", "MetricsWriter", "ProgressBar", "read_metrics"]
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready copy: tensors and NumPy scalars become numbers, NaN and infinities become None."""
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return str(value)
+
+
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a `metrics.jsonl` file (or of the one in a run folder); a torn last line is skipped."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill; every earlier line is whole
+    return records
+
+
+class MetricsWriter:
+    """Writes one record per step to `metrics.jsonl` and to the backends in `report_to`.
+
+    Args:
+        run_dir: the run folder.
+        report_to: extra backends, `"tensorboard"` and/or `"wandb"`.
+        config: the run's configuration (JSON-ready), given to W&B.
+        resume_step: when resuming after step N, records with `step > N` (written after the
+            checkpoint) are removed so the history has no duplicates.
+        wandb_project: W&B project name.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        report_to: Iterable[str] = (),
+        config: Mapping[str, Any] | None = None,
+        resume_step: int | None = None,
+        wandb_project: str | None = None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / METRICS_FILE
+        if resume_step is not None:
+            self._truncate_after(resume_step)
+        self.history: list[dict[str, Any]] = read_metrics(self.path)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._tensorboard = None
+        self._wandb = None
+        report_to = list(report_to)
+        if "tensorboard" in report_to:
+            self._tensorboard = _open_tensorboard(self.run_dir / "tensorboard")
+        if "wandb" in report_to:
+            self._wandb = _open_wandb(self.run_dir, config, wandb_project, resume=resume_step is not None)
+
+    def _truncate_after(self, step: int) -> None:
+        kept = [record for record in read_metrics(self.path) if record.get("step", 0) <= step]
+        temporary = self.path.with_suffix(".jsonl.tmp")
+        temporary.write_text("".join(json.dumps(record) + "\n" for record in kept), encoding="utf-8")
+        temporary.replace(self.path)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
+        """Write the metrics of `step`; returns the record as written."""
+        record = {"step": step, "time": time.time(), **_plain(dict(metrics))}
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+        self.history.append(record)
+        numbers = {
+            key: value
+            for key, value in record.items()
+            if key not in ("step", "time") and isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+        if self._tensorboard is not None:
+            for key, value in numbers.items():
+                self._tensorboard.add_scalar(key, value, step)
+            self._tensorboard.flush()
+        if self._wandb is not None:
+            self._wandb.log(numbers, step=step)
+        return record
+
+    def close(self) -> None:
+        """Flush and close every backend."""
+        if not self._file.closed:
+            self._file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _open_tensorboard(folder: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as error:
+        raise ImportError(
+            "report_to includes 'tensorboard' but the `tensorboard` package is not installed: run "
+            "`pip install tensorboard`, or remove 'tensorboard' from TrainerConfig.report_to."
+        ) from error
+    return SummaryWriter(log_dir=str(folder))
+
+
+def _open_wandb(run_dir: Path, config: Mapping[str, Any] | None, project: str | None, resume: bool) -> Any:
+    try:
+        import wandb
+    except ImportError as error:
+        raise ImportError(
+            "report_to includes 'wandb' but the `wandb` package is not installed: run `pip install wandb` "
+            "(and `wandb login`), or remove 'wandb' from TrainerConfig.report_to."
+        ) from error
+    return wandb.init(
+        project=project,
+        name=run_dir.name,
+        dir=str(run_dir),
+        config=dict(config or {}),
+        resume="allow" if resume else None,
+        id=run_dir.name if resume else None,
+    )
+
+
+class ProgressBar:
+    """A one-line live progress display: step, reward and seconds per step.
+
+    Uses tqdm when it is installed (and `stream` is a terminal or tqdm decides to draw), else prints
+    a short line per step. `enabled=False` shows nothing.
+    """
+
+    def __init__(self, total: int, initial: int = 0, enabled: bool = True, stream: Any = None) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self._bar = None
+        self._last_time = time.monotonic()
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                self._bar = tqdm(total=total, initial=initial, desc="training", unit="step", file=self.stream)
+
+    def update(self, step: int, metrics: Mapping[str, Any]) -> str:
+        """Advance to `step` and show the key metrics; returns the text shown."""
+        now = time.monotonic()
+        seconds = now - self._last_time
+        self._last_time = now
+        parts = []
+        for key, label in (("reward_mean", "reward"), ("val_reward_mean", "val"), ("loss", "loss")):
+            value = metrics.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                parts.append(f"{label}={value:.3f}")
+        parts.append(f"{seconds:.1f}s/step")
+        text = " ".join(parts)
+        if not self.enabled:
+            return text
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)
+            self._bar.update(step - self._bar.n)
+        else:
+            print(f"step {step}/{self.total} {text}", file=self.stream, flush=True)
+        return text
+
+    def close(self) -> None:
+        """Close the bar."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

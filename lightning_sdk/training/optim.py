@@ -1,0 +1,45 @@
+"""AdamW over the trainable (LoRA) parameters, and a learning-rate schedule counted in training steps."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+__all__ = ["build_optimizer", "build_scheduler", "lr_factor"]
+
+
+def build_optimizer(model: torch.nn.Module, config: Any) -> torch.optim.AdamW:
+    """AdamW over the parameters that require a gradient (the LoRA matrices), from a `TrainerConfig`."""
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    if not parameters:
+        raise ValueError("The model has no trainable parameters; build it with build_lora_model first.")
+    return torch.optim.AdamW(parameters, lr=config.learning_rate, weight_decay=config.weight_decay)
+
+
+def lr_factor(step: int, warmup_steps: int, max_steps: int, schedule: str) -> float:
+    """Multiplier of the peak learning rate for the update made at training step `step` (0-based).
+
+    Linear warm-up from `1 / (warmup_steps + 1)` to 1 over the first `warmup_steps` steps (never 0, so
+    the first step is not wasted), then constant, or a linear or cosine decay reaching 0 at `max_steps`.
+    """
+    if step < warmup_steps:
+        return (step + 1) / (warmup_steps + 1)
+    if schedule == "constant":
+        return 1.0
+    decay_steps = max(max_steps - warmup_steps, 1)
+    progress = min(max(step - warmup_steps, 0) / decay_steps, 1.0)
+    if schedule == "linear":
+        return 1.0 - progress
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"lr_schedule={schedule!r} is unknown; use 'constant', 'linear' or 'cosine'.")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, config: Any) -> torch.optim.lr_scheduler.LambdaLR:
+    """A `LambdaLR` that applies `lr_factor`; call `scheduler.step()` once per training step."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: lr_factor(step, config.warmup_steps, config.max_steps, config.lr_schedule),
+    )

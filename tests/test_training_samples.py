@@ -1,0 +1,96 @@
+"""Samples and masks: transition samples, trajectory merging, padding."""
+
+import pytest
+import torch
+
+from lightning_sdk.tracing.episode import LLMCall
+from lightning_sdk.training.batching import collate, micro_batches
+from lightning_sdk.training.samples import Sample, build_samples, chain_calls
+
+
+def call(prompt, completion, logprobs=None, agent="a"):
+    if logprobs is None:
+        logprobs = [-0.1 * (index + 1) for index in range(len(completion))]
+    return LLMCall(
+        prompt_token_ids=prompt, completion_token_ids=completion, logprobs=logprobs, agent_name=agent
+    )
+
+
+def test_transition_mode_makes_one_fully_trained_sample_per_credited_call():
+    calls = [call([1, 2], [3, 4]), call([5], [6]), call([7], [8])]
+    samples = build_samples(calls, [0.5, None, -1.0], episode_id="e1", temperature=0.7)
+    assert [sample.input_ids for sample in samples] == [[1, 2, 3, 4], [7, 8]]
+    first = samples[0]
+    assert first.loss_mask == [1, 1]
+    assert first.advantages == [0.5, 0.5]
+    assert first.sampling_logprobs == [-0.1, -0.2]
+    assert first.call_ids == [calls[0].id]
+    assert (first.episode_id, first.agent_name, first.temperature) == ("e1", "a", 0.7)
+
+
+def test_trajectory_mode_merges_extending_calls_and_masks_unsampled_tokens():
+    # Turn 1: prompt [1, 2] -> sampled [3, 4]. Tool output [9, 9] and template token [5] are appended by
+    # the agent, turn 2 samples [6]. Turn 3 re-renders history differently ([1, 2, 3, 7]): new chain.
+    first = call([1, 2], [3, 4], [-0.1, -0.2])
+    second = call([1, 2, 3, 4, 9, 9, 5], [6], [-0.3])
+    third = call([1, 2, 3, 7], [8], [-0.4])
+    samples = build_samples([first, second, third], [1.0, 2.0, 3.0], "e", mode="trajectory")
+    merged, alone = samples
+    assert merged.prompt_ids == [1, 2]
+    assert merged.completion_ids == [3, 4, 9, 9, 5, 6]
+    assert merged.loss_mask == [1, 1, 0, 0, 0, 1]
+    assert merged.advantages == [1.0, 1.0, 0.0, 0.0, 0.0, 2.0]
+    assert merged.sampling_logprobs == [-0.1, -0.2, None, None, None, -0.3]
+    assert merged.call_ids == [first.id, second.id]
+    assert alone.input_ids == [1, 2, 3, 7, 8] and alone.loss_mask == [1]
+
+
+def test_untrained_calls_stay_in_a_trajectory_as_context():
+    first = call([1], [2, 3])
+    second = call([1, 2, 3, 4], [5])
+    (sample,) = build_samples([first, second], [None, 0.5], "e", mode="trajectory")
+    assert sample.completion_ids == [2, 3, 4, 5]
+    assert sample.loss_mask == [0, 0, 0, 1]
+    assert sample.sampling_logprobs == [None, None, None, -0.1]
+
+
+def test_interleaved_agents_form_separate_chains():
+    a1, b1 = call([1], [2], agent="a"), call([7], [8], agent="b")
+    a2, b2 = call([1, 2, 3], [4], agent="a"), call([7, 8, 9], [10], agent="b")
+    assert chain_calls([a1, b1, a2, b2]) == [[0, 2], [1, 3]]
+
+
+def test_missing_or_mismatched_engine_logprobs_become_none():
+    samples = build_samples([call([1], [2, 3], logprobs=[-0.5])], [1.0], "e")
+    assert samples[0].sampling_logprobs == [None, None]
+
+
+def test_bad_inputs_are_rejected():
+    with pytest.raises(ValueError, match="2 advantages for 1 calls"):
+        build_samples([call([1], [2])], [1.0, 2.0], "e")
+    with pytest.raises(ValueError, match="greedy calls cannot be trained"):
+        build_samples([call([1], [2])], [1.0], "e", temperature=0.0)
+    with pytest.raises(ValueError, match="one entry per completion token"):
+        Sample(prompt_ids=[1], completion_ids=[2], loss_mask=[], sampling_logprobs=[None], advantages=[1.0])
+
+
+def test_collate_right_pads_and_aligns_the_target_window():
+    long = Sample([1, 2, 3], [4, 5], [1, 1], [-0.1, -0.2], [1.0, 1.0])
+    short = Sample([6], [7, 8], [1, 0], [-0.3, None], [-1.0, 0.0], temperature=0.5)
+    batch = collate([long, short], pad_token_id=0)
+    assert batch.input_ids.tolist() == [[1, 2, 3, 4, 5], [6, 7, 8, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert batch.start == 1  # the shortest prompt
+    assert batch.targets.tolist() == [[2, 3, 4, 5], [7, 8, 0, 0]]
+    assert batch.loss_mask.tolist() == [[0, 0, 1, 1], [1, 0, 0, 0]]
+    assert batch.advantages.tolist() == [[0, 0, 1, 1], [-1, 0, 0, 0]]
+    assert torch.allclose(batch.sampling_logprobs, torch.tensor([[0, 0, -0.1, -0.2], [-0.3, 0, 0, 0]]))
+    assert batch.has_sampling_logprobs.tolist() == [[False, False, True, True], [True, False, False, False]]
+    assert batch.temperatures.tolist() == [1.0, 0.5]
+
+
+def test_micro_batches_group_similar_lengths():
+    samples = [Sample([1] * n, [2], [1], [None], [1.0]) for n in (5, 1, 4, 2)]
+    chunks = micro_batches(samples, 2)
+    assert [[len(sample) for sample in chunk] for chunk in chunks] == [[2, 3], [5, 6]]
+    assert torch.equal(collate(chunks[0]).attention_mask, torch.tensor([[1, 1, 0], [1, 1, 1]]))
