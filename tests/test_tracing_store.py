@@ -1,0 +1,151 @@
+"""EpisodeStore on a real SQLite file, configure(store=...), serialisation, and internal-failure handling."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sqlite3
+import threading
+
+import pytest
+
+import lightning_sdk as ls
+from lightning_sdk.tracing.config import current_settings
+
+
+def ask(client, text: str) -> str:
+    reply = client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": text}])
+    return reply.choices[0].message.content
+
+
+def make_episode(name: str = "agent", run_id: str | None = "run", started_at: float = 1000.0, **fields) -> ls.Episode:
+    call = ls.LLMCall(model="m", messages=[{"role": "user", "content": "ü"}], prompt_token_ids=[1, 2],
+                      completion_token_ids=[3], logprobs=[-0.5], started_at=started_at)
+    call.add_reward(0.5, "tool")
+    child = ls.Episode(name="child", calls=[call], started_at=started_at)
+    return ls.Episode(name=name, run_id=run_id, started_at=started_at, ended_at=started_at + 1, task={"q": 1},
+                      output="out", calls=[call], children=[child], rewards={"acc": 1.0}, **fields)
+
+
+def test_episode_json_round_trip_is_lossless():
+    episode = make_episode(metadata={"nan": math.inf}, error={"type": "E", "message": "m", "traceback": "t"})
+    again = ls.Episode.from_json(episode.to_json())
+    assert again == episode and again.children[0].calls[0].reward_components == {"tool": 0.5}
+    assert again.trainable_calls() == [episode.calls[0], episode.children[0].calls[0]]
+
+
+def test_store_round_trip_and_filters(tmp_path):
+    path = tmp_path / "episodes.db"
+    first = make_episode("solver", "run-a", 100.0)
+    with ls.EpisodeStore(path) as store:
+        store.add(first)
+        store.add_many([make_episode("solver", "run-b", 200.0), make_episode("critic", "run-b", 300.0)])
+        store.add(make_episode("critic", None, 400.0))
+    with ls.EpisodeStore(path) as store:  # a fresh connection reads what the first one wrote
+        assert len(store) == 4 and store.run_ids() == ["run-a", "run-b"]
+        assert [e.started_at for e in store.episodes()] == [100.0, 200.0, 300.0, 400.0]
+        assert [e.name for e in store.episodes(run_id="run-b")] == ["solver", "critic"]
+        assert [e.run_id for e in store.episodes(name="critic")] == ["run-b", None]
+        assert [e.started_at for e in store.episodes(since=200.0, until=400.0)] == [200.0, 300.0]
+        assert [e.started_at for e in store.episodes(limit=2)] == [300.0, 400.0]  # the most recent, oldest first
+        assert store.count(run_id="run-b", name="critic") == 1
+        assert store.episodes(run_id="run-a") == [first]
+        assert store.get(first.id) == first and store.get("missing") is None
+        with pytest.raises(ValueError, match="limit"):
+            store.episodes(limit=-1)
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_store_keeps_episodes_exactly(tmp_path):
+    episode = make_episode()
+    with ls.EpisodeStore(tmp_path / "e.db") as store:
+        store.add(episode)
+        store.add(episode)  # the same id again replaces, never duplicates
+        assert store.episodes() == [episode]
+
+
+def test_export_jsonl(tmp_path):
+    with ls.EpisodeStore(tmp_path / "e.db") as store:
+        store.add_many([make_episode(run_id="a", started_at=1.0), make_episode(run_id="b", started_at=2.0)])
+        assert store.export_jsonl(tmp_path / "out.jsonl", run_id="b") == 1
+        lines = (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()
+        assert [ls.Episode.from_json(line) for line in lines] == store.episodes(run_id="b")
+        assert json.loads(lines[0])["run_id"] == "b"
+
+
+def test_store_appends_from_many_threads(tmp_path):
+    with ls.EpisodeStore(tmp_path / "e.db") as store:
+        def append(worker: int) -> None:
+            for i in range(25):
+                store.add(ls.Episode(name=f"w{worker}", started_at=float(i)))
+
+        threads = [threading.Thread(target=append, args=(w,)) for w in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(store) == 200 and store.count(name="w3") == 25
+
+
+def test_configure_persists_every_finished_top_level_episode(tmp_path, openai_client):
+    settings = ls.configure(store=tmp_path / "prod.db", run_id="prod")
+    assert current_settings() is settings and settings.owns_store
+
+    @ls.trace_agent(name="inner")
+    def inner(task: str) -> str:
+        return ask(openai_client, task)
+
+    @ls.trace_agent(name="outer")
+    def outer(task: str) -> str:
+        return inner(task)
+
+    outer("a")
+    outer("b")
+    store = settings.store
+    stored = store.episodes()
+    assert [(e.name, e.run_id, e.task) for e in stored] == [("outer", "prod", "a"), ("outer", "prod", "b")]
+    assert stored[0].children[0].run_id == "prod" and stored[0].all_calls()[0].text == "a"
+
+    ls.configure(store=None)  # persistence off; the store opened from a path is closed
+    outer("c")
+    with ls.EpisodeStore(tmp_path / "prod.db") as reopened:
+        assert reopened.count() == 2
+
+
+def test_configure_replaces_the_previous_store(tmp_path):
+    first, second = ls.EpisodeStore(tmp_path / "1.db"), ls.EpisodeStore(tmp_path / "2.db")
+    ls.configure(store=first)
+    ls.trace_agent(name="a")(lambda task: task)("x")
+    ls.configure(store=second)
+    ls.trace_agent(name="a")(lambda task: task)("y")
+    assert [e.task for e in first.episodes()] == ["x"] and [e.task for e in second.episodes()] == ["y"]
+
+
+def test_internal_recording_failure_is_logged_and_the_agent_goes_on(tmp_path, monkeypatch, caplog):
+    broken = ls.EpisodeStore(tmp_path / "broken.db")
+    broken.close()  # writing to it now fails inside our finish hook
+    ls.configure(store=broken)
+    agent = ls.trace_agent(name="a")(lambda task: task.upper())
+    with pytest.raises(sqlite3.ProgrammingError):  # under pytest our own failures are loud
+        agent("x")
+    monkeypatch.setenv("LIGHTNING_SDK_TOLERATE_INTERNAL_ERRORS", "1")  # behave as in production
+    with caplog.at_level(logging.ERROR, logger="lightning_sdk"), ls.capture() as episodes:
+        assert agent("y") == "Y"
+    assert episodes[0].output == "Y"
+    assert "internal error while storing episode" in caplog.text
+
+
+def test_malformed_server_response_is_logged_not_raised(openai_server, openai_client, instrumented, monkeypatch,
+                                                        caplog):
+    from tests.fixtures.fake_openai_wire import RawReply
+
+    monkeypatch.setenv("LIGHTNING_SDK_TOLERATE_INTERNAL_ERRORS", "1")
+    openai_server.queue(RawReply({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                                  "choices": [{"index": 0, "finish_reason": "stop"}]}))  # no "message"
+    agent = ls.trace_agent(name="a")(
+        lambda task: openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": task}]))
+    with caplog.at_level(logging.ERROR, logger="lightning_sdk"), ls.capture() as episodes:
+        response = agent("x")
+    assert response.id == "x"  # the user gets the response object untouched
+    assert episodes[0].calls == [] and "recording an openai call" in caplog.text
