@@ -1,0 +1,62 @@
+"""Metrics: metrics.jsonl lines, resume truncation, TensorBoard files, missing W&B, progress line."""
+
+import importlib.util
+import io
+import json
+import math
+
+import pytest
+
+from lightning_sdk.training.metrics import MetricsWriter, ProgressBar, read_metrics
+
+
+def test_one_flushed_json_line_per_step(tmp_path):
+    writer = MetricsWriter(tmp_path)
+    writer.log(1, {"reward_mean": 0.25, "kl": math.nan, "skipped_groups": {"no_spread": 2}})
+    # Flushed: readable before close, as after a kill.
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    assert record["step"] == 1 and record["reward_mean"] == 0.25
+    assert record["kl"] is None  # JSON has no NaN
+    assert record["skipped_groups"] == {"no_spread": 2}
+    writer.log(2, {"reward_mean": 0.5})
+    writer.close()
+    assert [r["reward_mean"] for r in read_metrics(tmp_path)] == [0.25, 0.5]
+
+
+def test_resume_drops_records_after_the_checkpoint_and_skips_a_torn_line(tmp_path):
+    with MetricsWriter(tmp_path) as writer:
+        for step in (1, 2, 3):
+            writer.log(step, {"reward_mean": step / 10})
+    with (tmp_path / "metrics.jsonl").open("a") as file:
+        file.write('{"step": 4, "rew')  # killed mid-write
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    with MetricsWriter(tmp_path, resume_step=2) as writer:
+        assert [r["step"] for r in writer.history] == [1, 2]
+        writer.log(3, {"reward_mean": 0.9})
+    assert [(r["step"], r["reward_mean"]) for r in read_metrics(tmp_path)] == [(1, 0.1), (2, 0.2), (3, 0.9)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard not installed")
+def test_tensorboard_events_are_written(tmp_path):
+    with MetricsWriter(tmp_path, report_to=["tensorboard"]) as writer:
+        writer.log(1, {"reward_mean": 0.5, "note": "text is not a scalar"})
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
+def test_missing_wandb_says_how_to_install_it(tmp_path):
+    with pytest.raises(
+        ImportError, match=r"pip install wandb.*or remove 'wandb' from TrainerConfig.report_to"
+    ):
+        MetricsWriter(tmp_path, report_to=["wandb"])
+
+
+def test_progress_line_shows_step_reward_and_speed():
+    stream = io.StringIO()
+    bar = ProgressBar(total=10, enabled=True, stream=stream)
+    text = bar.update(1, {"reward_mean": 0.125, "loss": float("nan")})
+    bar.close()
+    assert text.startswith("reward=0.125 ") and text.endswith("s/step") and "loss" not in text
+    assert "1/10" in stream.getvalue()
+    assert ProgressBar(total=3, enabled=False).update(1, {"val_reward_mean": 0.5}).startswith("val=0.500")
