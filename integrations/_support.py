@@ -1,0 +1,87 @@
+"""What the three framework integrations share: import and version checks, and linking a framework's
+model call to the `LLMCall` that the openai capture recorded for it.
+
+How an integration avoids double recording: while a framework's model call runs, the integration sets
+`call_attributes(agent_name=..., metadata={<link key>: <link id>})`. The openai capture records the HTTP
+request inside that scope, so its `LLMCall` carries the agent name and the link id (and the token ids).
+When the framework call ends, the integration looks for calls carrying its link id; only when there is
+none (openai capture off, or a model that does not use the `openai` client) does it record an `LLMCall`
+of its own, with `source` set to the framework's name and no token ids.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterable
+from importlib import metadata
+from typing import Any
+
+from lightning_sdk.tracing.episode import Episode, LLMCall
+
+__all__ = [
+    "check_version",
+    "linked_calls",
+    "missing_framework",
+    "openai_tool_call",
+]
+
+_warned: set[str] = set()
+
+
+def missing_framework(framework: str, extra: str) -> ImportError:
+    """The error raised when a framework integration is imported without its framework installed."""
+    return ImportError(
+        f"lightning_sdk.integrations needs {framework} for this integration, and it is not installed. "
+        f"Install it with: pip install 'lightning-sdk[{extra}]'"
+    )
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():  # "0rc1": stop at the first non-numeric part
+            break
+    return tuple(parts)
+
+
+def check_version(distribution: str, minimum: str, below: str, extra: str) -> None:
+    """Warn once when the installed `distribution` is outside `[minimum, below)`, the tested range."""
+    if distribution in _warned:
+        return
+    try:
+        installed = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return  # imported from a source tree: nothing to compare
+    if _version_tuple(minimum) <= _version_tuple(installed) < _version_tuple(below):
+        return
+    _warned.add(distribution)
+    warnings.warn(
+        f"lightning-sdk's {extra} integration is tested with {distribution} >={minimum},<{below}, but "
+        f"{installed} is installed; calls may go unattributed or unrecorded. Install a supported "
+        f"version with: pip install 'lightning-sdk[{extra}]'",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def linked_calls(episode: Episode, key: str, value: str) -> list[LLMCall]:
+    """Calls of `episode` (sub-agents included) whose `metadata[key] == value`."""
+    return [call for call in _walk(episode) if call.metadata.get(key) == value]
+
+
+def _walk(episode: Episode) -> Iterable[LLMCall]:
+    yield from episode.calls
+    for child in episode.children:
+        yield from _walk(child)
+
+
+def openai_tool_call(call_id: str | None, name: str, arguments: Any) -> dict[str, Any]:
+    """A tool call in the OpenAI chat format (`arguments` is a JSON string there)."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

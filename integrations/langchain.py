@@ -1,0 +1,273 @@
+"""LangChain and LangGraph: record every chat-model and LLM call into the current episode, with the
+agent name of the run that made it and the tool calls it produced.
+
+    from lightning_sdk.integrations.langchain import instrument_langchain
+    instrument_langchain()          # every LangChain run in this process, from now on
+
+or per call, without any global change:
+
+    chain.invoke(inputs, config={"callbacks": [LightningCallbackHandler()]})
+
+One `LLMCall` per model call: when the model talks to an OpenAI-compatible server through the `openai`
+client (`ChatOpenAI`), the openai capture records the call with its token ids and this handler only
+names it (agent name, run id); for any other model the handler records the call itself
+(`source="langchain"`, no token ids). See `agent_name_of` for how the agent name is chosen.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from lightning_sdk.integrations._support import check_version, linked_calls, missing_framework
+
+try:
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.outputs import LLMResult
+    from langchain_core.tracers.context import register_configure_hook
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise missing_framework("LangChain (langchain-core)", "langchain") from error
+
+from lightning_sdk.integrations._langchain_records import (
+    AGENT_TAG_PREFIX,
+    agent_name_of,
+    calls_from_result,
+    generation_text,
+    request_fields,
+    response_id_of,
+)
+
+from lightning_sdk.tracing.context import (
+    call_attributes,
+    current_call_attributes,
+    current_episode,
+    record_call,
+)
+from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.tracing.errors import report_internal_error
+
+__all__ = [
+    "AGENT_TAG_PREFIX",
+    "RUN_ID_KEY",
+    "LightningCallbackHandler",
+    "agent_name_of",
+    "instrument_langchain",
+    "is_langchain_instrumented",
+    "uninstrument_langchain",
+]
+
+RUN_ID_KEY = "langchain_run_id"
+"""`LLMCall.metadata` key holding the LangChain run id of the model call."""
+
+_SUPPORTED = ("langchain-core", "1.0", "2")
+
+
+@dataclass
+class _Run:
+    """What a model run's start tells us, kept until its end (which may run in another context)."""
+
+    episode: Episode
+    agent_name: str | None
+    request: dict[str, Any]
+    outer: dict[str, Any]
+    """The `call_attributes` in scope around the run, for a call we record ourselves."""
+    link: dict[str, Any]
+    """The metadata our scope adds to the openai requests made inside the run (see `_start`)."""
+    started_at: float = field(default_factory=time.time)
+    scope: Any = None
+
+
+class LightningCallbackHandler(BaseCallbackHandler):
+    """A LangChain callback handler that records model calls into the current lightning-sdk episode.
+
+    Args:
+        agent_name: Record every call this handler sees under this name. By default the name comes
+            from the run: see `agent_name_of` (a tag `"agent:<name>"` is the simplest override).
+
+    Calls made outside an episode (no `@trace_agent` function running) are ignored.
+    """
+
+    # Our start callback opens the `call_attributes` scope the openai request runs in, so it must run
+    # in the caller's context: inline, not in a thread pool (which async callback managers use otherwise).
+    run_inline = True
+    # Internal errors are already logged and swallowed by `report_internal_error`, except under pytest,
+    # where they re-raise; raise_error lets such a failure reach the test instead of a LangChain log line.
+    raise_error = True
+
+    def __init__(self, agent_name: str | None = None) -> None:
+        super().__init__()
+        check_version(*_SUPPORTED, extra="langchain")
+        self.agent_name = agent_name
+        self._runs: dict[UUID, _Run] = {}
+
+    # ------------------------------------------------------------------ LangChain callbacks
+
+    def on_chat_model_start(
+        self, serialized: dict[str, Any], messages: list[list[Any]], *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        self._guarded("starting a LangChain chat model run", self._start, run_id, messages[0], None, kwargs)
+
+    def on_llm_start(
+        self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        self._guarded("starting a LangChain LLM run", self._start, run_id, None, prompts[0], kwargs)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        self._guarded("ending a LangChain model run", self._end, run_id, response, None)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._guarded("ending a failed LangChain model run", self._end, run_id, None, error)
+
+    # ------------------------------------------------------------------ recording
+
+    @staticmethod
+    def _guarded(what: str, step: Any, *args: Any) -> None:
+        try:
+            step(*args)
+        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
+            report_internal_error(what)
+
+    def _start(
+        self, run_id: UUID, messages: list[Any] | None, prompt: str | None, kwargs: dict[str, Any]
+    ) -> None:
+        episode = current_episode()  # read at start: the end callback may run in another context
+        if episode is None:
+            return
+        name = agent_name_of(self.agent_name, kwargs.get("tags"), kwargs.get("metadata"), kwargs.get("name"))
+        outer = current_call_attributes()
+        outer_metadata = dict(outer.get("metadata") or {})
+        run = _Run(
+            episode,
+            name,
+            request_fields(messages, prompt, kwargs.get("invocation_params")),
+            outer,
+            link={**outer_metadata, RUN_ID_KEY: str(run_id)},
+        )
+        # A batch starts all its runs before making any request, so a scope per run would tag every
+        # request with the last run's id; batch runs are matched by response id or text instead.
+        if (kwargs.get("batch_size") or 1) == 1:
+            # The scope carries only the link (the agent name is set when the run ends), and `link` is
+            # our own dict: when LangChain ends an async run in a child task (it gathers end callbacks),
+            # the scope cannot be reset in the caller's context, so `_end` empties the link back to the
+            # outer metadata and the scope left behind adds nothing to later calls.
+            run.scope = call_attributes(metadata=run.link)
+            run.scope.__enter__()
+        self._runs[run_id] = run
+
+    def _end(self, run_id: UUID, result: LLMResult | None, error: BaseException | None) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is None:
+            return
+        _close_scope(run.scope)
+        run.link.clear()
+        run.link.update(run.outer.get("metadata") or {})
+        found = linked_calls(run.episode, RUN_ID_KEY, str(run_id))
+        if not found and result is not None:
+            found = self._match_unlinked(run, result)
+        if not found:  # the openai capture did not see this call: record LangChain's view of it
+            found = self._record_own(run, result, error)
+        for call in found:
+            call.metadata[RUN_ID_KEY] = str(run_id)
+            if run.agent_name is not None:
+                call.agent_name = run.agent_name
+
+    def _match_unlinked(self, run: _Run, result: LLMResult) -> list[LLMCall]:
+        """Calls the openai capture recorded for this run without our link (batches, foreign contexts)."""
+        open_runs = {str(run_id) for run_id in self._runs}
+        candidates = [
+            call
+            for call in run.episode.all_calls()
+            if call.source != "langchain"
+            and call.started_at >= run.started_at
+            and call.metadata.get(RUN_ID_KEY) in (None, *open_runs)
+        ]
+        response_id = response_id_of(result)
+        if response_id is not None:
+            return [call for call in candidates if call.request_id == response_id]
+        picked: list[LLMCall] = []
+        for generation in result.generations[0] if result.generations else []:
+            text = generation_text(generation)
+            match = next((c for c in candidates if c not in picked and (c.text or "") == text), None)
+            if match is not None:
+                picked.append(match)
+        return picked
+
+    @staticmethod
+    def _record_own(run: _Run, result: LLMResult | None, error: BaseException | None) -> list[LLMCall]:
+        if result is not None:
+            calls = calls_from_result(result, run.request)
+        else:
+            calls = [LLMCall(**run.request, source="langchain", error=f"{type(error).__name__}: {error}")]
+        latency = time.time() - run.started_at
+        for call in calls:
+            call.started_at, call.latency_s = run.started_at, latency
+            if run.agent_name is not None:
+                call.agent_name = run.agent_name
+            record_call(call, episode=run.episode, attributes=run.outer)
+        return calls
+
+
+def _close_scope(scope: Any) -> None:
+    if scope is None:
+        return
+    try:
+        scope.__exit__(None, None, None)
+    except ValueError:
+        # The run ended in another context than it started (LangChain gathers async end callbacks in
+        # child tasks): the scope cannot be reset from here; `_end` has made what it adds empty.
+        pass
+
+
+class _GlobalHandlerSlot:
+    """What `register_configure_hook` reads: a process-wide handler, or None when instrumentation is off.
+
+    LangChain only calls `.get()` on the hook's variable. A real ContextVar set by `instrument_langchain()`
+    would reach neither threads started before the call nor contexts copied earlier; this slot does.
+    """
+
+    def __init__(self) -> None:
+        self.handler: LightningCallbackHandler | None = None
+        self.registered = False
+
+    def get(self) -> LightningCallbackHandler | None:
+        return self.handler
+
+
+_slot = _GlobalHandlerSlot()
+_lock = threading.Lock()
+
+
+def instrument_langchain(agent_name: str | None = None) -> bool:
+    """Record the model calls of every LangChain run in this process. Idempotent.
+
+    Args:
+        agent_name: Passed to the global `LightningCallbackHandler` (a fixed name for every call).
+
+    Runs that already carry a `LightningCallbackHandler` in their callbacks keep theirs (no double
+    recording). Returns True when this call switched recording on, False when it was already on.
+    """
+    with _lock:
+        if _slot.handler is not None:
+            return False
+        if not _slot.registered:
+            # Hooks cannot be unregistered; uninstrument_langchain() empties the slot instead.
+            register_configure_hook(_slot, True, LightningCallbackHandler)  # type: ignore[arg-type]
+            _slot.registered = True
+        _slot.handler = LightningCallbackHandler(agent_name=agent_name)
+        return True
+
+
+def uninstrument_langchain() -> bool:
+    """Stop recording LangChain runs globally. Idempotent; returns True when it was on."""
+    with _lock:
+        was_on = _slot.handler is not None
+        _slot.handler = None
+        return was_on
+
+
+def is_langchain_instrumented() -> bool:
+    """True while `instrument_langchain()` is in effect."""
+    return _slot.handler is not None
