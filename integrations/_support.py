@@ -17,9 +17,11 @@ from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
 
+from lightning_sdk.tracing.context import call_attributes, current_call_attributes
 from lightning_sdk.tracing.episode import Episode, LLMCall
 
 __all__ = [
+    "CallLink",
     "check_version",
     "linked_calls",
     "missing_framework",
@@ -67,6 +69,46 @@ def check_version(distribution: str, minimum: str, below: str, extra: str) -> No
         RuntimeWarning,
         stacklevel=3,
     )
+
+
+class CallLink:
+    """A `call_attributes` scope opened in one framework callback and closed in another.
+
+    The scope adds `metadata[key] = value` to the calls the openai capture records inside it. Frameworks
+    do not always end a run in the context it started in (LangChain gathers async end callbacks in child
+    tasks), and a ContextVar cannot be reset from another context. So the scope's metadata is a dict of
+    ours that `close()` empties back to the outer metadata: a scope left behind adds nothing to later
+    calls. For the same reason the link carries no agent name; integrations name linked calls at the end.
+    """
+
+    def __init__(self, key: str, value: str) -> None:
+        self.key, self.value = key, value
+        self.outer = current_call_attributes()
+        """The attributes in scope when the link was made (for calls an integration records itself)."""
+        self._outer_metadata = dict(self.outer.get("metadata") or {})
+        self._metadata = {**self._outer_metadata, key: value}
+        self._scope: Any = None
+
+    def open(self) -> CallLink:
+        """Enter the scope in the current context (the one the model request will be made in)."""
+        self._scope = call_attributes(metadata=self._metadata)
+        self._scope.__enter__()
+        return self
+
+    def close(self) -> None:
+        """Leave the scope; safe from any context, and more than once."""
+        scope, self._scope = self._scope, None
+        if scope is not None:
+            try:
+                scope.__exit__(None, None, None)
+            except ValueError:
+                pass  # closed from another context: the emptied metadata below makes the scope inert
+        self._metadata.clear()
+        self._metadata.update(self._outer_metadata)
+
+    def calls(self, episode: Episode) -> list[LLMCall]:
+        """The calls of `episode` recorded inside this link's scope."""
+        return linked_calls(episode, self.key, self.value)
 
 
 def linked_calls(episode: Episode, key: str, value: str) -> list[LLMCall]:

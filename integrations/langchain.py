@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from lightning_sdk.integrations._support import check_version, linked_calls, missing_framework
+from lightning_sdk.integrations._support import CallLink, check_version, missing_framework
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler
@@ -41,8 +41,6 @@ from lightning_sdk.integrations._langchain_records import (
 )
 
 from lightning_sdk.tracing.context import (
-    call_attributes,
-    current_call_attributes,
     current_episode,
     record_call,
 )
@@ -72,12 +70,8 @@ class _Run:
     episode: Episode
     agent_name: str | None
     request: dict[str, Any]
-    outer: dict[str, Any]
-    """The `call_attributes` in scope around the run, for a call we record ourselves."""
-    link: dict[str, Any]
-    """The metadata our scope adds to the openai requests made inside the run (see `_start`)."""
+    link: CallLink
     started_at: float = field(default_factory=time.time)
-    scope: Any = None
 
 
 class LightningCallbackHandler(BaseCallbackHandler):
@@ -137,34 +131,20 @@ class LightningCallbackHandler(BaseCallbackHandler):
         if episode is None:
             return
         name = agent_name_of(self.agent_name, kwargs.get("tags"), kwargs.get("metadata"), kwargs.get("name"))
-        outer = current_call_attributes()
-        outer_metadata = dict(outer.get("metadata") or {})
-        run = _Run(
-            episode,
-            name,
-            request_fields(messages, prompt, kwargs.get("invocation_params")),
-            outer,
-            link={**outer_metadata, RUN_ID_KEY: str(run_id)},
-        )
+        link = CallLink(RUN_ID_KEY, str(run_id))
         # A batch starts all its runs before making any request, so a scope per run would tag every
         # request with the last run's id; batch runs are matched by response id or text instead.
         if (kwargs.get("batch_size") or 1) == 1:
-            # The scope carries only the link (the agent name is set when the run ends), and `link` is
-            # our own dict: when LangChain ends an async run in a child task (it gathers end callbacks),
-            # the scope cannot be reset in the caller's context, so `_end` empties the link back to the
-            # outer metadata and the scope left behind adds nothing to later calls.
-            run.scope = call_attributes(metadata=run.link)
-            run.scope.__enter__()
-        self._runs[run_id] = run
+            link.open()
+        request = request_fields(messages, prompt, kwargs.get("invocation_params"))
+        self._runs[run_id] = _Run(episode, name, request, link)
 
     def _end(self, run_id: UUID, result: LLMResult | None, error: BaseException | None) -> None:
         run = self._runs.pop(run_id, None)
         if run is None:
             return
-        _close_scope(run.scope)
-        run.link.clear()
-        run.link.update(run.outer.get("metadata") or {})
-        found = linked_calls(run.episode, RUN_ID_KEY, str(run_id))
+        run.link.close()
+        found = run.link.calls(run.episode)
         if not found and result is not None:
             found = self._match_unlinked(run, result)
         if not found:  # the openai capture did not see this call: record LangChain's view of it
@@ -206,19 +186,8 @@ class LightningCallbackHandler(BaseCallbackHandler):
             call.started_at, call.latency_s = run.started_at, latency
             if run.agent_name is not None:
                 call.agent_name = run.agent_name
-            record_call(call, episode=run.episode, attributes=run.outer)
+            record_call(call, episode=run.episode, attributes=run.link.outer)
         return calls
-
-
-def _close_scope(scope: Any) -> None:
-    if scope is None:
-        return
-    try:
-        scope.__exit__(None, None, None)
-    except ValueError:
-        # The run ended in another context than it started (LangChain gathers async end callbacks in
-        # child tasks): the scope cannot be reset from here; `_end` has made what it adds empty.
-        pass
 
 
 class _GlobalHandlerSlot:

@@ -1,0 +1,211 @@
+"""OpenAI Agents SDK (`openai-agents`): attribute each model call to the `Agent` that made it, handoffs
+and agents-as-tools included.
+
+    from lightning_sdk.integrations.openai_agents import instrument_openai_agents
+    instrument_openai_agents()
+
+The integration is a tracing processor. The SDK opens an agent span for the agent whose turn it is and,
+inside it, a generation span around each Chat Completions request (`OpenAIChatCompletionsModel`). When a
+generation span starts, the processor opens `call_attributes(agent_name=<nearest agent span's name>)` in
+the model's context; the openai capture records the request inside it, with the token ids. When the
+span ends without such a record (openai capture off, or a model that does not use the `openai`
+client), the processor records the call from the span's data (`source="openai_agents"`, no token ids).
+
+The SDK's tracing must stay enabled (it is by default): `set_tracing_disabled(True)` turns the spans,
+and so this attribution, off. To keep traces from being exported to OpenAI, drop the SDK's exporter
+before enabling: `agents.set_trace_processors([])`, then `instrument_openai_agents()`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lightning_sdk.integrations._support import CallLink, check_version, missing_framework
+
+try:
+    from agents.tracing import (
+        AgentSpanData,
+        GenerationSpanData,
+        Span,
+        Trace,
+        TracingProcessor,
+        add_trace_processor,
+        get_trace_provider,
+    )
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise missing_framework("the OpenAI Agents SDK (openai-agents)", "openai-agents") from error
+
+from lightning_sdk.tracing.context import (
+    current_episode,
+    record_call,
+)
+from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.tracing.errors import report_internal_error
+
+__all__ = [
+    "SPAN_ID_KEY",
+    "instrument_openai_agents",
+    "is_openai_agents_instrumented",
+    "uninstrument_openai_agents",
+]
+
+SPAN_ID_KEY = "openai_agents_span_id"
+"""`LLMCall.metadata` key holding the id of the SDK's generation span for the call."""
+
+_SUPPORTED = ("openai-agents", "0.20", "1")
+
+
+@dataclass
+class _OpenGeneration:
+    episode: Episode
+    agent_name: str | None
+    link: CallLink
+    started_at: float
+
+
+class _AgentAttribution(TracingProcessor):
+    """Names the openai capture's calls after the agent span they run in (see module doc)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.added = False  # whether we ever registered it (for SDKs whose processor list we cannot see)
+        self._parents: dict[str, str | None] = {}
+        self._agent_names: dict[str, str] = {}
+        self._open: dict[str, _OpenGeneration] = {}
+
+    def on_trace_start(self, trace: Trace) -> None:
+        return
+
+    def on_trace_end(self, trace: Trace) -> None:
+        return
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        if not self.enabled:
+            return
+        try:
+            self._start(span)
+        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
+            report_internal_error("starting an Agents SDK span")
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        try:
+            self._end(span)
+        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
+            report_internal_error("ending an Agents SDK span")
+
+    def shutdown(self) -> None:
+        return
+
+    def force_flush(self) -> None:
+        return
+
+    def _start(self, span: Span[Any]) -> None:
+        data = span.span_data
+        self._parents[span.span_id] = span.parent_id
+        if isinstance(data, AgentSpanData):
+            self._agent_names[span.span_id] = data.name
+            return
+        episode = current_episode()
+        if not isinstance(data, GenerationSpanData) or episode is None or span.span_id in self._open:
+            return
+        # Span start and end run in the model's own context (a `with generation_span(...)` block around
+        # the request), so the scope opened here is the one the openai request is made in.
+        link = CallLink(SPAN_ID_KEY, span.span_id).open()
+        agent_name = self._agent_of(span.parent_id)
+        self._open[span.span_id] = _OpenGeneration(episode, agent_name, link, time.time())
+
+    def _agent_of(self, span_id: str | None) -> str | None:
+        """The name of the nearest enclosing agent span (a handoff starts a new agent span)."""
+        while span_id is not None:
+            if span_id in self._agent_names:
+                return self._agent_names[span_id]
+            span_id = self._parents.get(span_id)
+        return None
+
+    def _end(self, span: Span[Any]) -> None:
+        self._parents.pop(span.span_id, None)
+        self._agent_names.pop(span.span_id, None)
+        generation = self._open.pop(span.span_id, None)
+        if generation is None:
+            return
+        generation.link.close()
+        calls = generation.link.calls(generation.episode)
+        if not calls:  # the openai capture did not see this call: record the SDK's view of it
+            calls = [_call_from_span(span, generation.started_at)]
+            calls[0].metadata[SPAN_ID_KEY] = span.span_id
+            record_call(calls[0], episode=generation.episode, attributes=generation.link.outer)
+        for call in calls:
+            if generation.agent_name is not None:
+                call.agent_name = generation.agent_name
+
+
+def _call_from_span(span: Span[Any], started_at: float) -> LLMCall:
+    """The SDK's own view of a model call the openai capture did not record (no token ids)."""
+    data: GenerationSpanData = span.span_data
+    output = dict(data.output[0]) if data.output else None
+    message = None
+    if output is not None:
+        message = {"role": "assistant", "content": output.get("content")}
+        if output.get("tool_calls"):
+            message["tool_calls"] = output["tool_calls"]
+    usage = data.usage or {}
+    error = span.error
+    return LLMCall(
+        source="openai_agents",
+        model=data.model,
+        base_url=(data.model_config or {}).get("base_url"),
+        messages=[dict(item) for item in data.input] if data.input else None,
+        response_message=message,
+        text=message.get("content") if message else None,
+        usage={"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens")}
+        if usage
+        else None,
+        started_at=started_at,
+        latency_s=time.time() - started_at,
+        error=error.get("message") if error else None,
+    )
+
+
+_processor = _AgentAttribution()
+_lock = threading.Lock()
+
+
+def _registered_processors() -> tuple[Any, ...] | None:
+    """The provider's processors, when this SDK version lets us see them (else None)."""
+    multi = getattr(get_trace_provider(), "_multi_processor", None)
+    processors = getattr(multi, "_processors", None)
+    return tuple(processors) if isinstance(processors, tuple | list) else None
+
+
+def instrument_openai_agents() -> bool:
+    """Attribute every Agents SDK model call to its agent (and record it). Idempotent.
+
+    Call it after any `set_trace_processors(...)`, which replaces all processors, ours included.
+    Returns True when this call switched attribution on, False when it was already on.
+    """
+    with _lock:
+        check_version(*_SUPPORTED, extra="openai-agents")
+        registered = _registered_processors()
+        if (_processor not in registered) if registered is not None else not _processor.added:
+            add_trace_processor(_processor)
+            _processor.added = True
+        was_on, _processor.enabled = _processor.enabled, True
+        return not was_on
+
+
+def uninstrument_openai_agents() -> bool:
+    """Stop attributing Agents SDK model calls and remove our processor. Idempotent."""
+    with _lock:
+        was_on, _processor.enabled = _processor.enabled, False
+        registered = _registered_processors()
+        if registered is not None and _processor in registered:
+            get_trace_provider().set_processors([p for p in registered if p is not _processor])
+        return was_on
+
+
+def is_openai_agents_instrumented() -> bool:
+    """True while `instrument_openai_agents()` is in effect."""
+    return _processor.enabled
