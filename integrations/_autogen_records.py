@@ -13,6 +13,7 @@ from autogen_core.models import (
     SystemMessage,
     UserMessage,
 )
+
 from lightning_sdk.integrations._support import openai_tool_call
 
 __all__ = ["openai_messages", "openai_tools", "response_fields"]

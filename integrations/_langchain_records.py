@@ -7,8 +7,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from langchain_core.outputs import ChatGeneration, Generation, LLMResult
-from lightning_sdk.integrations._support import openai_tool_call
 
+from lightning_sdk.integrations._support import openai_tool_call
 from lightning_sdk.tracing.episode import LLMCall
 
 __all__ = ["AGENT_TAG_PREFIX", "agent_name_of", "calls_from_result", "request_fields"]

@@ -12,6 +12,7 @@ of its own, with `source` set to the framework's name and no token ids.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Iterable
 from importlib import metadata
@@ -40,13 +41,14 @@ def missing_framework(framework: str, extra: str) -> ImportError:
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
+    """`"1.7.2"` -> (1, 7, 2); a pre-release part ends it: `"2.0.0rc1"` -> (2, 0, 0)."""
     parts = []
     for piece in version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
+        number = re.match(r"\d+", piece)
+        if number is None:
             break
-        parts.append(int(digits))
-        if not piece.isdigit():  # "0rc1": stop at the first non-numeric part
+        parts.append(int(number.group()))
+        if number.end() < len(piece):
             break
     return tuple(parts)
 

@@ -31,7 +31,6 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_framework("AutoGen (autogen-agentchat, autogen-ext)", "autogen") from error
 
 from lightning_sdk.integrations._autogen_records import openai_messages, openai_tools, response_fields
-
 from lightning_sdk.tracing.context import call_attributes, current_episode, record_call
 from lightning_sdk.tracing.episode import LLMCall, new_id
 from lightning_sdk.tracing.errors import report_internal_error

@@ -39,7 +39,6 @@ from lightning_sdk.integrations._langchain_records import (
     request_fields,
     response_id_of,
 )
-
 from lightning_sdk.tracing.context import (
     current_episode,
     record_call,

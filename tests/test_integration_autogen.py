@@ -11,6 +11,8 @@ from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+import lightning_sdk as ls
 from lightning_sdk.integrations.autogen import (
     CALL_ID_KEY,
     STEP_KEY,
@@ -18,8 +20,6 @@ from lightning_sdk.integrations.autogen import (
     is_autogen_instrumented,
     uninstrument_autogen,
 )
-
-import lightning_sdk as ls
 from lightning_sdk.tracing.openai_capture import uninstrument_openai
 from tests.fixtures.fake_openai_wire import fake_tokenize, render_chat_prompt
 from tests.fixtures.openai_server import OpenAITestServer, Reply

@@ -13,6 +13,9 @@ from langchain_core.runnables import RunnableParallel
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI, OpenAI
 from langgraph.graph import END, START, StateGraph
+from pydantic import BaseModel
+
+import lightning_sdk as ls
 from lightning_sdk.integrations.langchain import (
     RUN_ID_KEY,
     LightningCallbackHandler,
@@ -21,9 +24,6 @@ from lightning_sdk.integrations.langchain import (
     is_langchain_instrumented,
     uninstrument_langchain,
 )
-from pydantic import BaseModel
-
-import lightning_sdk as ls
 from lightning_sdk.tracing.openai_capture import uninstrument_openai
 from tests.fixtures.fake_openai_wire import fake_tokenize, render_chat_prompt, tool_call_text
 from tests.fixtures.openai_server import OpenAITestServer, Reply

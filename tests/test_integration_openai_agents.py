@@ -16,15 +16,15 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.tracing.processors import default_processor
+from openai import AsyncOpenAI
+
+import lightning_sdk as ls
 from lightning_sdk.integrations.openai_agents import (
     SPAN_ID_KEY,
     instrument_openai_agents,
     is_openai_agents_instrumented,
     uninstrument_openai_agents,
 )
-from openai import AsyncOpenAI
-
-import lightning_sdk as ls
 from lightning_sdk.tracing.openai_capture import uninstrument_openai
 from tests.fixtures.fake_openai_wire import fake_tokenize, render_chat_prompt
 from tests.fixtures.openai_server import OpenAITestServer, Reply
