@@ -20,7 +20,11 @@ from lightning_sdk.integrations import _support
     ],
 )
 def test_a_missing_framework_names_the_install_command(monkeypatch, module, framework_module, extra):
-    monkeypatch.setitem(sys.modules, framework_module, None)  # what Python does for an uninstalled package
+    # A None entry is what Python's import system reports as not installed; submodules imported by
+    # earlier tests would otherwise still be found.
+    for name in [n for n in sys.modules if n == framework_module or n.startswith(f"{framework_module}.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, framework_module, None)
     monkeypatch.delitem(sys.modules, f"lightning_sdk.integrations.{module}", raising=False)
     with pytest.raises(ImportError, match=rf"pip install 'lightning-sdk\[{extra}\]'"):
         importlib.import_module(f"lightning_sdk.integrations.{module}")
