@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.openai_server",
     "tests.fixtures.engine",
+    "tests.fixtures.training",
 ]

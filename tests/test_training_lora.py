@@ -71,3 +71,18 @@ def test_dtype_resolution():
     assert resolve_dtype("auto", "cuda") == torch.bfloat16
     with pytest.raises(ValueError, match="dtype='fp8' is unknown"):
         resolve_dtype("fp8")
+
+
+@pytest.mark.slow
+def test_bundled_model_merged_names_match_its_checkpoint(bundled_model_path):
+    from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.lora import build_lora_model, load_base_model
+
+    model = build_lora_model(load_base_model(bundled_model_path), TrainerConfig())
+    checkpoint = {}
+    for file in bundled_model_path.glob("*.safetensors"):
+        checkpoint.update(load_file(str(file)))
+    merged = merged_state_dict(model)
+    assert set(merged) == set(checkpoint)
+    # A fresh adapter (B = 0) merges to exactly the base weights.
+    assert all(torch.equal(merged[name], checkpoint[name].to(merged[name].dtype)) for name in checkpoint)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -101,7 +102,11 @@ def train_on_samples(
         else:
             skipped += 1
         optimizer.zero_grad(set_to_none=True)
-    scheduler.step()
+    with warnings.catch_warnings():
+        # When every update of the step was skipped, torch warns that the scheduler steps before the
+        # optimizer; the schedule is counted in training steps, so stepping it anyway is intended.
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+        scheduler.step()
     summary = totals.summary()
     summary["loss"] = totals.loss / len(plan)
     summary.update(
