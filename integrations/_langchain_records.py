@@ -11,10 +11,7 @@ from langchain_core.outputs import ChatGeneration, Generation, LLMResult
 from lightning_sdk.integrations._support import openai_tool_call
 from lightning_sdk.tracing.episode import LLMCall
 
-__all__ = ["AGENT_TAG_PREFIX", "agent_name_of", "calls_from_result", "request_fields"]
-
-AGENT_TAG_PREFIX = "agent:"
-"""A run tagged `"agent:writer"` (or a parent run tagged so) records its calls as agent `writer`."""
+__all__ = ["calls_from_result", "generation_text", "request_fields", "response_id_of"]
 
 _SAMPLING_KEYS = (
     "temperature",
@@ -29,35 +26,6 @@ _SAMPLING_KEYS = (
     "logprobs",
     "top_logprobs",
 )
-
-
-def agent_name_of(
-    fixed: str | None, tags: Sequence[str] | None, metadata: dict[str, Any] | None, run_name: str | None
-) -> str | None:
-    """The agent name of a model run, by the documented rule (first match wins):
-
-    1. the handler's own `agent_name`;
-    2. the innermost tag `"agent:<name>"` (tags are inherited from parent runs);
-    3. metadata `"agent_name"` (inherited too);
-    4. the model run's explicit `run_name` (`model.with_config(run_name=...)`);
-    5. metadata `"lc_agent_name"` (set by `langchain.agents.create_agent(name=...)`);
-    6. metadata `"langgraph_node"` (the LangGraph node the call runs in).
-    """
-    if fixed:
-        return fixed
-    for tag in reversed(tags or ()):
-        if tag.startswith(AGENT_TAG_PREFIX) and len(tag) > len(AGENT_TAG_PREFIX):
-            return tag[len(AGENT_TAG_PREFIX) :]
-    metadata = metadata or {}
-    for value in (
-        metadata.get("agent_name"),
-        run_name,
-        metadata.get("lc_agent_name"),
-        metadata.get("langgraph_node"),
-    ):
-        if isinstance(value, str) and value:
-            return value
-    return None
 
 
 def request_fields(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -32,8 +33,6 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_framework("LangChain (langchain-core)", "langchain") from error
 
 from lightning_sdk.integrations._langchain_records import (
-    AGENT_TAG_PREFIX,
-    agent_name_of,
     calls_from_result,
     generation_text,
     request_fields,
@@ -60,6 +59,38 @@ RUN_ID_KEY = "langchain_run_id"
 """`LLMCall.metadata` key holding the LangChain run id of the model call."""
 
 _SUPPORTED = ("langchain-core", "1.0", "2")
+
+AGENT_TAG_PREFIX = "agent:"
+"""A run tagged `"agent:writer"` (or a parent run tagged so) records its calls as agent `writer`."""
+
+
+def agent_name_of(
+    fixed: str | None, tags: Sequence[str] | None, metadata: dict[str, Any] | None, run_name: str | None
+) -> str | None:
+    """The agent name of a model run, by the documented rule (first match wins):
+
+    1. the handler's own `agent_name`;
+    2. the innermost tag `"agent:<name>"` (tags are inherited from parent runs);
+    3. metadata `"agent_name"` (inherited too);
+    4. the model run's explicit `run_name` (`model.with_config(run_name=...)`);
+    5. metadata `"lc_agent_name"` (set by `langchain.agents.create_agent(name=...)`);
+    6. metadata `"langgraph_node"` (the LangGraph node the call runs in).
+    """
+    if fixed:
+        return fixed
+    for tag in reversed(tags or ()):
+        if tag.startswith(AGENT_TAG_PREFIX) and len(tag) > len(AGENT_TAG_PREFIX):
+            return tag[len(AGENT_TAG_PREFIX) :]
+    metadata = metadata or {}
+    for value in (
+        metadata.get("agent_name"),
+        run_name,
+        metadata.get("lc_agent_name"),
+        metadata.get("langgraph_node"),
+    ):
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 @dataclass
