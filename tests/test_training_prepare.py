@@ -1,0 +1,61 @@
+"""prepare_samples: error policy, selection, credit, advantages and samples together, by hand."""
+
+import pytest
+
+from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.training.config import TrainerConfig
+from lightning_sdk.training.prepare import apply_error_policy, prepare_samples
+
+ENDPOINT = "http://127.0.0.1:9000/v1"
+
+
+def call(t, base_url=ENDPOINT, completion=(5, 6)):
+    return LLMCall(
+        started_at=t,
+        base_url=base_url,
+        prompt_token_ids=[1, 2],
+        completion_token_ids=list(completion),
+        logprobs=[-1.0] * len(completion),
+    )
+
+
+def episode(reward, calls, error=None):
+    return Episode(calls=calls, rewards={} if reward is None else {"score": reward}, error=error)
+
+
+def test_failed_episodes_are_dropped_or_zeroed_and_unscored_ones_dropped():
+    failed = episode(0.7, [call(1)], error={"type": "RuntimeError", "message": "boom", "traceback": ""})
+    timed_out = episode(None, [call(1)])
+    timed_out.metadata["timed_out"] = True
+    unscored = episode(None, [call(1)])
+    good = episode(1.0, [call(1)])
+    kept, counts = apply_error_policy([failed, timed_out, unscored, good], "drop")
+    assert kept == [good] and counts == {"episodes_failed": 2, "episodes_unscored": 1}
+    kept, _ = apply_error_policy([failed, timed_out, unscored, good], "zero")
+    assert kept == [failed, timed_out, good]
+    assert (failed.reward, timed_out.reward) == (0.0, 0.0)
+
+
+def test_a_step_from_episodes_to_samples():
+    config = TrainerConfig(group_size=2, on_error="zero", temperature=0.8)
+    crashed = episode(None, [call(1)], error={"type": "ValueError", "message": "", "traceback": ""})
+    groups = [
+        # Task 1: returns 1 (two calls, one to another server) and 0 (crashed, zeroed): advantages +-1.
+        [episode(1.0, [call(1), call(2, base_url="https://api.openai.com/v1")]), crashed],
+        # Task 2: both succeed: no spread, skipped.
+        [episode(1.0, [call(1)]), episode(1.0, [call(1)])],
+        # Task 3: returns 3 and 1, one call each, but one call has no completion tokens: too few episodes.
+        [episode(3.0, [call(1)]), episode(1.0, [call(1, completion=())])],
+    ]
+    prepared = prepare_samples(groups, config, endpoint_base_url=ENDPOINT + "/")
+    advantage = 0.5 / (0.5 + config.advantage_eps)  # (1 - mean 0.5) / (std 0.5 + eps)
+    assert [sample.advantages for sample in prepared.samples] == [[advantage] * 2, [-advantage] * 2]
+    assert {sample.temperature for sample in prepared.samples} == {0.8}
+    metrics = prepared.metrics
+    assert metrics["episodes"] == 6 and metrics["episodes_failed"] == 1 and metrics["episodes_unscored"] == 0
+    assert metrics["reward_mean"] == pytest.approx(7 / 6)
+    assert metrics["groups_skipped_no_spread"] == 1 and metrics["groups_skipped_too_few_episodes"] == 1
+    assert metrics["calls_untrained_other_endpoint"] == 1
+    assert metrics["calls_untrained_empty_completion"] == 1
+    assert metrics["calls_trained"] == 2 and metrics["samples"] == 2
+    assert metrics["tokens_sampled"] == 14  # every completion token of every call, trained or not
