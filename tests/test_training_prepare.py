@@ -58,4 +58,4 @@ def test_a_step_from_episodes_to_samples():
     assert metrics["calls_untrained_other_endpoint"] == 1
     assert metrics["calls_untrained_empty_completion"] == 1
     assert metrics["calls_trained"] == 2 and metrics["samples"] == 2
-    assert metrics["tokens_sampled"] == 14  # every completion token of every call, trained or not
+    assert metrics["tokens_sampled"] == 12  # 6 calls with 2 completion tokens each, trained or not
