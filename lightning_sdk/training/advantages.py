@@ -14,8 +14,8 @@ happened to make. With `"equal"` credit every call of episode `i` carries its re
 weighted statistics are exactly the mean and standard deviation of the episode returns, which is GRPO
 over episodes, the paper's setting. Counting calls instead would let long episodes dominate the
 baseline: with returns `[1, 0, 0, 1]` where the first episode made 4 calls and the others 1, the
-per-call mean is 5/7 = 0.71 rather than 0.5, and a short successful episode would get a smaller
-advantage than a long one with the same outcome.
+per-call mean is 5/7 = 0.71 rather than 0.5, so both failures would be pushed down harder (and both
+successes up less) only because one episode happened to make more calls.
 
 Groups are skipped (no advantages, so no samples) when fewer than two episodes have credited calls,
 or when every credited reward in the group is the same: then every advantage would be zero and the

@@ -129,7 +129,8 @@ def save_checkpoint(
         run_dir: the run folder; checkpoints go to `run_dir/checkpoints/step-XXXXXXXX`.
         step: the number of completed training steps.
         model: the peft model (only the adapter is saved).
-        optimizer, scheduler: saved with their `state_dict()` when given.
+        optimizer: saved with its `state_dict()` when given.
+        scheduler: saved with its `state_dict()` when given.
         state: JSON-ready loop state (data position, ...); `step` is added.
         keep: how many checkpoints to keep (at least 1).
     """
