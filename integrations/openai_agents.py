@@ -6,10 +6,11 @@ and agents-as-tools included.
 
 The integration is a tracing processor. The SDK opens an agent span for the agent whose turn it is and,
 inside it, a generation span around each Chat Completions request (`OpenAIChatCompletionsModel`). When a
-generation span starts, the processor opens `call_attributes(agent_name=<nearest agent span's name>)` in
-the model's context; the openai capture records the request inside it, with the token ids. When the
-span ends without such a record (openai capture off, or a model that does not use the `openai`
-client), the processor records the call from the span's data (`source="openai_agents"`, no token ids).
+generation span starts, the processor opens a `call_attributes` scope in the model's context that links
+the calls recorded inside it to the span; the openai capture records the request there, with the token
+ids. When the span ends, the processor names the linked call after the nearest enclosing agent span, or,
+when there is none (openai capture off, or a model that does not use the `openai` client), records the
+call from the span's data (`source="openai_agents"`, no token ids).
 
 The SDK's tracing must stay enabled (it is by default): `set_tracing_disabled(True)` turns the spans,
 and so this attribution, off. To keep traces from being exported to OpenAI, drop the SDK's exporter
