@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import nullcontext
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from lightning_sdk.training.batching import Batch, collate, micro_batches, token_logprobs
 from lightning_sdk.training.loss import LossOptions, LossStats, policy_loss, token_weights
@@ -20,16 +22,29 @@ def split_mini_batches(samples: list[Sample], count: int) -> list[list[Sample]]:
     return [chunk for chunk in (samples[index::count] for index in range(count)) if chunk]
 
 
+def _unwrapped(model: Any) -> Any:
+    """The peft model inside a `DistributedDataParallel` wrapper (gradient-free passes need no sync)."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
 def _reference_logprobs(model: Any, batch: Batch) -> torch.Tensor:
     # The base model is the same network with the adapter switched off: no second copy in memory.
-    with torch.no_grad(), model.disable_adapter():
-        logprobs, _ = token_logprobs(model, batch, with_entropy=False)
+    peft_model = _unwrapped(model)
+    with torch.no_grad(), peft_model.disable_adapter():
+        logprobs, _ = token_logprobs(peft_model, batch, with_entropy=False)
     return logprobs
 
 
 def _old_logprobs(model: Any, batches: list[Batch]) -> list[torch.Tensor]:
     with torch.no_grad():
-        return [token_logprobs(model, batch, with_entropy=False)[0] for batch in batches]
+        return [token_logprobs(_unwrapped(model), batch, with_entropy=False)[0] for batch in batches]
+
+
+def _gradient_sync(model: Any, is_last_micro_batch: bool) -> Any:
+    # Under DDP, all-reduce the accumulated gradients once per mini-batch, not after every micro-batch.
+    if isinstance(model, DistributedDataParallel) and not is_last_micro_batch:
+        return model.no_sync()
+    return nullcontext()
 
 
 def train_on_samples(
@@ -52,6 +67,10 @@ def train_on_samples(
     Returns a dict with `loss`, `grad_norm`, `learning_rate`, `clip_fraction`, `ratio_mean`,
     `importance_ratio_mean`, `importance_ratio_max`, `importance_capped_fraction`, `kl`, `entropy`,
     `trained_tokens`, `trained_sequences`, `optimizer_steps` and `skipped_updates`.
+
+    `model` may be wrapped in `DistributedDataParallel` (one process per GPU, or gloo on CPUs): gradients
+    are then averaged across ranks once per mini-batch. Every rank must call this function with at least
+    `mini_batches_per_step` samples, or the ranks that all-reduce wait for the ones that do not.
     """
     samples = [sample for sample in samples if sample.num_trained_tokens > 0]
     learning_rate = float(optimizer.param_groups[0]["lr"])
@@ -81,18 +100,19 @@ def train_on_samples(
         num_tokens = int(sum(float(batch.loss_mask.sum()) for batch in batches))
         for micro_index, batch in enumerate(batches):
             reference = _reference_logprobs(model, batch) if options.kl_coef > 0 else None
-            logprobs, entropy = token_logprobs(model, batch)
-            old_logprobs = logprobs.detach() if old[mini_index] is None else old[mini_index][micro_index]
-            weights = token_weights(
-                batch.loss_mask, options.normalization, num_sequences, num_tokens, options.dr_grpo_length
-            )
-            loss, stats = policy_loss(
-                logprobs, old_logprobs, batch.advantages, weights, options,
-                sampling_logprobs=batch.sampling_logprobs,
-                has_sampling_logprobs=batch.has_sampling_logprobs,
-                ref_logprobs=reference, entropy=entropy,
-            )  # fmt: skip
-            loss.backward()
+            with _gradient_sync(model, micro_index == len(batches) - 1):
+                logprobs, entropy = token_logprobs(model, batch)
+                old_logprobs = logprobs.detach() if old[mini_index] is None else old[mini_index][micro_index]
+                weights = token_weights(
+                    batch.loss_mask, options.normalization, num_sequences, num_tokens, options.dr_grpo_length
+                )
+                loss, stats = policy_loss(
+                    logprobs, old_logprobs, batch.advantages, weights, options,
+                    sampling_logprobs=batch.sampling_logprobs,
+                    has_sampling_logprobs=batch.has_sampling_logprobs,
+                    ref_logprobs=reference, entropy=entropy,
+                )  # fmt: skip
+                loss.backward()
             totals.add(stats)
         max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))

@@ -1,0 +1,197 @@
+"""Validation of `TrainerConfig`: each check returns what is wrong, why, and what to set, or None."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["config_problem"]
+
+Check = Callable[[Any], "str | None"]
+
+
+def config_problem(config: Any) -> str | None:
+    """The first problem found in a `TrainerConfig`, or None when every value is valid."""
+    for check in _CHECKS:
+        problem = check(config)
+        if problem:
+            return problem
+    return None
+
+
+def _choice(name: str, options: Sequence[str]) -> Callable[[Any], str | None]:
+    def check(config: Any) -> str | None:
+        value = getattr(config, name)
+        if value not in options:
+            return f"{name}={value!r} is not one of {list(options)}; set {name} to one of them."
+        return None
+
+    return check
+
+
+def _at_least(name: str, minimum: float, why: str) -> Callable[[Any], str | None]:
+    def check(config: Any) -> str | None:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{name}={value!r} must be a finite number."
+        if value < minimum:
+            return f"{name}={value!r} is too small: {why}. Set {name} >= {minimum}."
+        return None
+
+    return check
+
+
+def _check_int_fields(config: Any) -> str | None:
+    names = ("group_size", "batch_size", "max_steps", "micro_batch_size", "mini_batches_per_step",
+             "lora_rank", "max_tokens", "max_concurrency", "save_every", "keep_checkpoints",
+             "eval_every", "warmup_steps", "seed")  # fmt: skip
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{name}={value!r} must be an integer."
+    return None
+
+
+def _check_group_size(config: Any) -> str | None:
+    if config.group_size < 2:
+        return (
+            f"group_size={config.group_size} leaves nothing to compare: GRPO scores each episode against "
+            "the other episodes of the same task. Set group_size >= 2 (4 to 16 is typical)."
+        )
+    return None
+
+
+def _check_sampling(config: Any) -> str | None:
+    if not 0 < config.temperature <= 10:
+        return (
+            f"temperature={config.temperature} cannot train: rollouts must sample (temperature 0 is "
+            "greedy, every episode of a group would be the same). Set temperature in (0, 10], usually 1.0."
+        )
+    if not 0 < config.top_p <= 1:
+        return f"top_p={config.top_p} must be in (0, 1]; set top_p=1.0 to sample the full distribution."
+    return None
+
+
+def _check_clipping(config: Any) -> str | None:
+    if not 0 <= config.epsilon_low < 1:
+        return (
+            f"epsilon_low={config.epsilon_low} must be in [0, 1): the ratio is clipped at "
+            "1 - epsilon_low, which must stay positive. Set epsilon_low=0.2."
+        )
+    if config.epsilon_high < 0 or not math.isfinite(config.epsilon_high):
+        return f"epsilon_high={config.epsilon_high} must be >= 0 (the ratio is clipped at 1 + epsilon_high)."
+    return None
+
+
+def _check_importance_cap(config: Any) -> str | None:
+    cap = config.importance_sampling_cap
+    if cap is not None and (not math.isfinite(cap) or cap < 1):
+        return (
+            f"importance_sampling_cap={cap} must be >= 1 (a cap below 1 down-weights every token, even "
+            "when trainer and engine agree) or None to disable the correction. Typical: 2.0."
+        )
+    return None
+
+
+def _check_credit(config: Any) -> str | None:
+    if callable(config.credit):
+        return None
+    if config.credit not in ("equal", "last", "discounted"):
+        return (
+            f"credit={config.credit!r} is unknown; set 'equal', 'last', 'discounted' or a function "
+            "fn(episode, calls) -> list of rewards (one per call, None to leave a call untrained)."
+        )
+    if not 0 < config.gamma <= 1:
+        return f"gamma={config.gamma} must be in (0, 1]; 1 means no discount, 0.9 a strong one."
+    return None
+
+
+def _check_train_agents(config: Any) -> str | None:
+    agents = config.train_agents
+    if agents is None:
+        return None
+    if isinstance(agents, str):
+        try:
+            re.compile(agents)
+        except re.error as error:
+            return f"train_agents={agents!r} is not a valid regular expression ({error}); fix the pattern."
+        return None
+    if not agents or not all(isinstance(name, str) and name for name in agents):
+        return (
+            f"train_agents={agents!r} must be None (every agent), a regular expression, or a non-empty "
+            "list of agent names."
+        )
+    return None
+
+
+def _check_lora(config: Any) -> str | None:
+    modules = config.lora_target_modules
+    if isinstance(modules, str):
+        if not modules:
+            return "lora_target_modules is empty; set 'all-linear' or a list such as ['q_proj', 'v_proj']."
+    elif not modules or not all(isinstance(name, str) and name for name in modules):
+        return "lora_target_modules must be 'all-linear' or a non-empty list of module names."
+    if not 0 <= config.lora_dropout < 1:
+        return f"lora_dropout={config.lora_dropout} must be in [0, 1)."
+    return None
+
+
+def _check_report_to(config: Any) -> str | None:
+    unknown = [name for name in config.report_to if name not in ("tensorboard", "wandb")]
+    if unknown:
+        return f"report_to has unknown backend(s) {unknown}; use 'tensorboard' and/or 'wandb'."
+    return None
+
+
+def _check_dr_grpo_length(config: Any) -> str | None:
+    length = config.dr_grpo_length
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+        return f"dr_grpo_length={length!r} must be a positive integer or None (use max_tokens)."
+    return None
+
+
+def _check_grad_norm(config: Any) -> str | None:
+    norm = config.max_grad_norm
+    if norm is not None and (not math.isfinite(norm) or norm <= 0):
+        return f"max_grad_norm={norm} must be a positive number, or None to disable clipping."
+    return None
+
+
+_CHECKS: list[Check] = [
+    _check_int_fields,
+    _check_group_size,
+    _at_least("batch_size", 1, "a step needs at least one task"),
+    _at_least("max_steps", 1, "the run must train at least one step"),
+    _at_least("micro_batch_size", 1, "each forward pass needs at least one sequence"),
+    _at_least("mini_batches_per_step", 1, "each step makes at least one optimizer step"),
+    _at_least("lora_rank", 1, "a LoRA adapter needs rank >= 1"),
+    _at_least("lora_alpha", 0, "a negative scale flips the update"),
+    _at_least("max_tokens", 1, "each call must be allowed to generate"),
+    _at_least("max_concurrency", 1, "at least one episode must run at a time"),
+    _at_least("episode_timeout_s", 0.001, "episodes need time to run"),
+    _at_least("learning_rate", 0, "a negative learning rate climbs the loss"),
+    _at_least("weight_decay", 0, "negative decay grows the weights"),
+    _at_least("warmup_steps", 0, "warm-up cannot be negative"),
+    _at_least("save_every", 0, "0 means only the final checkpoint"),
+    _at_least("keep_checkpoints", 1, "resuming needs the newest checkpoint"),
+    _at_least("eval_every", 0, "0 means only at the start and the end"),
+    _at_least("kl_coef", 0, "a negative KL weight pushes the model away from the base model"),
+    _at_least("advantage_eps", 0, "it is added to a standard deviation before dividing"),
+    _check_sampling,
+    _choice("on_error", ("drop", "zero")),
+    _check_credit,
+    _check_train_agents,
+    _choice("mode", ("transition", "trajectory")),
+    _choice("loss_normalization", ("grpo", "dapo", "dr_grpo")),
+    _check_dr_grpo_length,
+    _check_clipping,
+    _check_importance_cap,
+    _check_grad_norm,
+    _check_lora,
+    _choice("dtype", ("auto", "float32", "bfloat16", "float16")),
+    _choice("lr_schedule", ("constant", "linear", "cosine")),
+    _choice("weight_sync", ("auto", "merged", "lora")),
+    _check_report_to,
+]
