@@ -29,7 +29,7 @@ __all__ = [
     "openai_tool_call",
 ]
 
-_warned: set[str] = set()
+_checked: set[str] = set()
 
 
 def missing_framework(framework: str, extra: str) -> ImportError:
@@ -54,16 +54,16 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 def check_version(distribution: str, minimum: str, below: str, extra: str) -> None:
-    """Warn once when the installed `distribution` is outside `[minimum, below)`, the tested range."""
-    if distribution in _warned:
+    """Warn when the installed `distribution` is outside `[minimum, below)`, the tested range (once)."""
+    if distribution in _checked:
         return
+    _checked.add(distribution)
     try:
         installed = metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return  # imported from a source tree: nothing to compare
     if _version_tuple(minimum) <= _version_tuple(installed) < _version_tuple(below):
         return
-    _warned.add(distribution)
     warnings.warn(
         f"lightning-sdk's {extra} integration is tested with {distribution} >={minimum},<{below}, but "
         f"{installed} is installed; calls may go unattributed or unrecorded. Install a supported "

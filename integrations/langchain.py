@@ -186,7 +186,7 @@ class LightningCallbackHandler(BaseCallbackHandler):
 
     def _match_unlinked(self, run: _Run, result: LLMResult) -> list[LLMCall]:
         """Calls the openai capture recorded for this run without our link (batches, foreign contexts)."""
-        open_runs = {str(run_id) for run_id in self._runs}
+        open_runs = {str(run_id) for run_id in tuple(self._runs)}  # tuple(): other threads add runs
         candidates = [
             call
             for call in run.episode.all_calls()

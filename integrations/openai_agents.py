@@ -103,6 +103,13 @@ class _AgentAttribution(TracingProcessor):
     def force_flush(self) -> None:
         return
 
+    def close_open_generations(self) -> None:
+        """Make the scopes of model calls still running inert: their spans will not reach us any more."""
+        for span_id in tuple(self._open):
+            generation = self._open.pop(span_id, None)
+            if generation is not None:
+                generation.link.close()
+
     def _start(self, span: Span[Any]) -> None:
         data = span.span_data
         self._parents[span.span_id] = span.parent_id
@@ -201,6 +208,7 @@ def uninstrument_openai_agents() -> bool:
     """Stop attributing Agents SDK model calls and remove our processor. Idempotent."""
     with _lock:
         was_on, _processor.enabled = _processor.enabled, False
+        _processor.close_open_generations()
         registered = _registered_processors()
         if registered is not None and _processor in registered:
             get_trace_provider().set_processors([p for p in registered if p is not _processor])

@@ -31,7 +31,7 @@ def test_a_missing_framework_names_the_install_command(monkeypatch, module, fram
 
 
 def test_a_version_outside_the_supported_range_warns_once(monkeypatch):
-    monkeypatch.setattr(_support, "_warned", set())
+    monkeypatch.setattr(_support, "_checked", set())
     with pytest.warns(
         RuntimeWarning, match=r"tested with langchain-core >=9.0,<10.*lightning-sdk\[langchain\]"
     ):
@@ -40,6 +40,7 @@ def test_a_version_outside_the_supported_range_warns_once(monkeypatch):
         warnings.simplefilter("error")
         _support.check_version("langchain-core", "9.0", "10", extra="langchain")  # said once is enough
         _support.check_version("openai-agents", "0.20", "1", extra="openai-agents")  # the installed one fits
+    assert _support._checked == {"langchain-core", "openai-agents"}
 
 
 @pytest.mark.parametrize(
