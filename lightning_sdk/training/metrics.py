@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -87,7 +88,7 @@ class MetricsWriter:
         if "tensorboard" in report_to:
             self._tensorboard = _open_tensorboard(self.run_dir / "tensorboard")
         if "wandb" in report_to:
-            self._wandb = _open_wandb(self.run_dir, config, wandb_project, resume=resume_step is not None)
+            self._wandb = _open_wandb(self.run_dir, config, wandb_project)
 
     def _truncate_after(self, step: int) -> None:
         kept = [record for record in read_metrics(self.path) if record.get("step", 0) <= step]
@@ -143,7 +144,7 @@ def _open_tensorboard(folder: Path) -> Any:
     return SummaryWriter(log_dir=str(folder))
 
 
-def _open_wandb(run_dir: Path, config: Mapping[str, Any] | None, project: str | None, resume: bool) -> Any:
+def _open_wandb(run_dir: Path, config: Mapping[str, Any] | None, project: str | None) -> Any:
     try:
         import wandb
     except ImportError as error:
@@ -156,8 +157,9 @@ def _open_wandb(run_dir: Path, config: Mapping[str, Any] | None, project: str | 
         name=run_dir.name,
         dir=str(run_dir),
         config=dict(config or {}),
-        resume="allow" if resume else None,
-        id=run_dir.name if resume else None,
+        # The run folder's name is the W&B run id, so a resumed run continues the same W&B run.
+        id=re.sub(r"[^A-Za-z0-9_-]", "-", run_dir.name),
+        resume="allow",
     )
 
 
