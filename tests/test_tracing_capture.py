@@ -75,6 +75,22 @@ def test_recorded_messages_do_not_follow_later_changes(openai_client, instrument
     assert episode.calls[0].messages == [{"role": "user", "content": "first"}]
 
 
+def test_recorded_requests_are_plain_json_even_with_openai_objects_in_them(openai_server, openai_client,
+                                                                         instrumented):
+    openai_server.queue(Reply(tool_calls=[ADD_CALL]), Reply("4"))
+
+    def two_turns():
+        first = openai_client.chat.completions.create(model="test-model", messages=USER, tools=TOOLS)
+        messages = [*USER, first.choices[0].message,  # the pydantic message object itself, as agents often do
+                    {"role": "tool", "tool_call_id": "call_add", "content": "4"}]
+        return openai_client.chat.completions.create(model="test-model", messages=messages, tools=TOOLS)
+
+    episode = in_episode(two_turns)
+    assistant = episode.calls[1].messages[1]
+    assert isinstance(assistant, dict) and assistant["tool_calls"][0]["function"]["name"] == "add"
+    assert ls.Episode.from_json(episode.to_json()) == episode
+
+
 def test_tool_calls_whole_and_streamed_are_recorded_alike(openai_server, openai_client, instrumented):
     openai_server.queue(Reply(tool_calls=[ADD_CALL]), Reply(tool_calls=[ADD_CALL]))
 

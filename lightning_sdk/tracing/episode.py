@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
-import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -17,8 +17,8 @@ __all__ = ["Episode", "LLMCall", "new_id"]
 
 
 def new_id() -> str:
-    """A random, URL-safe identifier for episodes and calls."""
-    return uuid.uuid4().hex
+    """A random, URL-safe identifier for episodes and calls (32 hex digits, like `uuid4().hex`)."""
+    return os.urandom(16).hex()  # a few times faster than uuid4(), which builds a UUID object first
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_sdk.tracing.episode import LLMCall
+from lightning_sdk.tracing.episode import LLMCall, new_id
 from lightning_sdk.tracing.jsonable import jsonable as plain
 
 __all__ = ["StreamAssembler", "calls_from_response", "failed_call", "request_record"]
@@ -21,22 +21,36 @@ __all__ = ["StreamAssembler", "calls_from_response", "failed_call", "request_rec
 _NOT_SAMPLING = frozenset({"model", "messages", "prompt", "tools", "stream", "stream_options"})
 
 
+_NO_EXTRAS: dict[str, Any] = {}
+
+
+def _extras(obj: Any) -> dict[str, Any]:
+    """The server-specific fields of an openai response object (pydantic extras); read per chunk,
+    so the slot is read directly rather than through the `model_extra` property."""
+    return getattr(obj, "__pydantic_extra__", None) or _NO_EXTRAS
+
+
 def _extra(obj: Any, name: str) -> Any:
-    """A server-specific field of an openai response object (pydantic extras), or None."""
-    extras = getattr(obj, "model_extra", None)
-    return extras.get(name) if extras else None
+    """One server-specific field of an openai response object, or None."""
+    return _extras(obj).get(name)
 
 
 def request_record(kind: str, body: Mapping[str, Any], base_url: str | None, started_at: float) -> LLMCall:
-    """The request half of a record: what was sent, where, and when."""
+    """The request half of a record: what was sent, where, and when.
+
+    `body` is the JSON body openai built for this request (`FinalRequestOptions.json_data`): openai's
+    request transform already turned the user's messages and tools into fresh dicts and lists, so
+    they are kept as they are (no copy: recording is on every call's path); the remaining values
+    go through `jsonable`, since `extra_body` passes the user's own objects through.
+    """
     prompt = body.get("prompt")
     return LLMCall(
         kind=kind,
         model=body.get("model"),
         base_url=base_url,
-        messages=plain(body["messages"]) if "messages" in body else None,
+        messages=body.get("messages"),
         prompt=prompt if isinstance(prompt, str) else None,
-        tools=plain(body["tools"]) if body.get("tools") else None,
+        tools=body.get("tools") or None,
         sampling={key: plain(value) for key, value in body.items() if key not in _NOT_SAMPLING},
         started_at=started_at,
     )
@@ -44,7 +58,7 @@ def request_record(kind: str, body: Mapping[str, Any], base_url: str | None, sta
 
 def _for_choice(template: LLMCall, index: int, prompts: Any) -> LLMCall:
     """A copy of the request record for choice `index` (a list prompt gives each choice its prompt)."""
-    call = LLMCall(**{**template.__dict__, "id": LLMCall().id, "choice_index": index,
+    call = LLMCall(**{**template.__dict__, "id": new_id(), "choice_index": index,
                       "sampling": dict(template.sampling), "metadata": dict(template.metadata)})
     if isinstance(prompts, list) and prompts:
         per_prompt = max(1, int(template.sampling.get("n") or 1))
@@ -52,9 +66,17 @@ def _for_choice(template: LLMCall, index: int, prompts: Any) -> LLMCall:
     return call
 
 
+def _choice_record(template: LLMCall, index: int, count: int, prompts: Any) -> LLMCall:
+    """The record for choice `index` of `count`: the request record itself when it is the only one."""
+    if count == 1 and not isinstance(prompts, list):
+        template.choice_index = index
+        return template
+    return _for_choice(template, index, prompts)
+
+
 def failed_call(template: LLMCall, error: BaseException) -> LLMCall:
     """The record of a request that raised: what was sent, and the error."""
-    call = _for_choice(template, 0, None)
+    call = _choice_record(template, 0, 1, None)
     call.error = f"{type(error).__name__}: {error}"
     call.latency_s = time.time() - template.started_at
     return call
@@ -83,7 +105,7 @@ def calls_from_response(template: LLMCall, response: Any, prompts: Any = None) -
     prompt_ids = _extra(response, "prompt_token_ids")
     calls = []
     for choice in response.choices:
-        call = _for_choice(template, choice.index, prompts)
+        call = _choice_record(template, choice.index, len(response.choices), prompts)
         call.request_id, call.usage, call.finish_reason = response.id, usage, choice.finish_reason
         if template.kind == "chat":
             message = choice.message
@@ -126,7 +148,8 @@ class StreamAssembler:
 
     def add(self, chunk: Any) -> None:
         self.request_id = self.request_id or getattr(chunk, "id", None)
-        self.prompt_token_ids = self.prompt_token_ids or _extra(chunk, "prompt_token_ids")
+        if self.prompt_token_ids is None:
+            self.prompt_token_ids = _extra(chunk, "prompt_token_ids")
         if getattr(chunk, "usage", None) is not None:
             self.usage = plain(chunk.usage)
         for choice in chunk.choices or ():
@@ -139,12 +162,15 @@ class StreamAssembler:
             parts.texts.append(text)
         for tool_delta in (getattr(delta, "tool_calls", None) or ()) if delta is not None else ():
             self._add_tool_delta(parts.tool_calls.setdefault(tool_delta.index, {}), tool_delta)
-        parts.prompt_token_ids = parts.prompt_token_ids or _extra(choice, "prompt_token_ids")
-        token_ids = _extra(choice, "token_ids")
+        extras = _extras(choice)
+        if parts.prompt_token_ids is None:
+            parts.prompt_token_ids = extras.get("prompt_token_ids")
+        token_ids = extras.get("token_ids")
         if token_ids is not None:
             parts.saw_token_ids = True
             parts.token_ids.extend(token_ids)
-        parts.logprobs.extend(_extra(choice, "token_logprobs") or _fallback_logprobs(choice) or ())
+        logprobs = extras.get("token_logprobs")
+        parts.logprobs.extend(logprobs if logprobs is not None else _fallback_logprobs(choice) or ())
         parts.finish_reason = choice.finish_reason or parts.finish_reason
 
     @staticmethod
@@ -161,9 +187,10 @@ class StreamAssembler:
     def calls(self, error: str | None = None, closed_early: bool = False) -> list[LLMCall]:
         """The records of what was consumed; a stream that yielded nothing still gives one record."""
         calls = []
-        for index in sorted(self.choices) or [0]:
+        indices = sorted(self.choices) or [0]
+        for index in indices:
             parts = self.choices.get(index, _ChoiceParts())
-            call = _for_choice(self.template, index, self.prompts)
+            call = _choice_record(self.template, index, len(indices), self.prompts)
             tool_calls = [{"id": tc.get("id"), "type": tc.get("type", "function"), "function": tc["function"]}
                           for _, tc in sorted(parts.tool_calls.items())] or None
             content = "".join(parts.texts) if parts.texts else (None if tool_calls else "")

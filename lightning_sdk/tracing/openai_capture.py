@@ -16,6 +16,7 @@ import inspect
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -116,6 +117,29 @@ def _warn_if_unsupported(version: str) -> None:
                       f"(pip install 'openai>=1.40,<4').", RuntimeWarning, stacklevel=3)
 
 
+_base_urls: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()
+
+
+def _base_url_text(client: Any) -> str:
+    """`str(client.base_url)` without its trailing slash, cached per client (httpx URLs print slowly)."""
+    url = client.base_url
+    cached = _base_urls.get(client)
+    if cached is None or cached[0] is not url:
+        cached = (url, str(url).rstrip("/"))
+        _base_urls[client] = cached
+    return cached[1]
+
+
+@functools.cache
+def _openai_types() -> tuple[type, type, tuple[type, ...]]:
+    """openai's stream classes and raw-response classes (imported once, off the import path)."""
+    from openai import AsyncStream, Stream
+    from openai._legacy_response import LegacyAPIResponse
+    from openai._response import BaseAPIResponse
+
+    return Stream, AsyncStream, (LegacyAPIResponse, BaseAPIResponse)
+
+
 def _endpoint_kind(options: Any) -> str | None:
     """`"chat"`, `"completion"` or None (an endpoint we do not record)."""
     if getattr(options, "method", "").lower() != "post":
@@ -186,7 +210,7 @@ class _Recording:
         self.prompts = body.get("prompt")
         self.episode = current_episode()
         self.attributes = current_call_attributes()
-        self.template = request_record(kind, body, str(client.base_url).rstrip("/"), time.time())
+        self.template = request_record(kind, body, _base_url_text(client), time.time())
         self.recorded = False
         self.parsed = False
 
@@ -208,15 +232,12 @@ class _Recording:
         self.record([failed_call(self.template, error)])
 
     def handle_result(self, result: Any) -> None:
-        from openai import AsyncStream, Stream
-        from openai._legacy_response import LegacyAPIResponse
-        from openai._response import BaseAPIResponse
-
-        if isinstance(result, Stream):
+        stream, async_stream, raw_responses = _openai_types()
+        if isinstance(result, stream):
             self._wrap_stream(result)
-        elif isinstance(result, AsyncStream):
+        elif isinstance(result, async_stream):
             self._wrap_async_stream(result)
-        elif isinstance(result, LegacyAPIResponse | BaseAPIResponse):
+        elif isinstance(result, raw_responses):
             self._wrap_parse(result)
         elif hasattr(result, "choices"):
             self.record(calls_from_response(self.template, result, self.prompts))
@@ -237,9 +258,8 @@ class _Recording:
         raw.parse = parse
 
     def _after_parse(self, result: Any) -> None:
-        from openai import AsyncStream, Stream
-
-        if self.parsed or not (isinstance(result, Stream | AsyncStream) or hasattr(result, "choices")):
+        stream, async_stream, _ = _openai_types()
+        if self.parsed or not (isinstance(result, stream | async_stream) or hasattr(result, "choices")):
             return  # parse(to=dict) and the like: nothing we can read
         self.parsed = True
         self.guarded(self.handle_result, result)
@@ -301,6 +321,8 @@ class _StreamTap:
         self.recording.guarded(self.assembler.add, chunk)
 
     def finish(self) -> None:
+        if self.recording.recorded:  # consumed to the end, then closed: recorded once, at the end
+            return
         error = f"{type(self.error).__name__}: {self.error}" if self.error is not None else None
         closed_early = not self.exhausted and self.error is None
         self.recording.guarded(lambda: self.recording.record(self.assembler.calls(error, closed_early)))

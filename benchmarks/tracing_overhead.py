@@ -1,0 +1,144 @@
+"""How much latency does recording add to an openai call? Target: under 50 µs per call.
+
+Compares the median per-call latency of the same request made with the real openai client in three
+modes, interleaved in rounds so that machine noise hits every mode alike:
+
+- `baseline`: openai not instrumented;
+- `outside episode`: instrumented, but no episode is active (the cost of the ContextVar check);
+- `inside episode`: instrumented, inside an episode (the full recording, stream assembly included).
+
+Two transports: the local OpenAI-compatible test server over HTTP (what an agent sees), and the same
+responses served in-process through an `httpx` mock transport, which removes socket and server noise
+so that a difference of a few microseconds is visible. Recording is CPU work in the calling thread,
+so besides wall-clock time the table shows the CPU time of the calling thread, which scheduling noise
+on a busy machine does not inflate. Usage:
+
+    python benchmarks/tracing_overhead.py [--calls 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: the repo's tests/ fixtures
+
+import httpx2
+import openai
+
+import lightning_sdk as ls
+from lightning_sdk.tracing.context import episode_scope
+from tests.fixtures.fake_openai_wire import Reply, chat_chunks, chat_completion
+from tests.fixtures.openai_server import OpenAITestServer
+
+MESSAGES = [{"role": "system", "content": "You are a careful assistant."},
+            {"role": "user", "content": "What is 12 + 7? Answer with the number only."}]
+ANSWER = Reply("The answer is 19.")
+ROUND = 50
+MODES = ("baseline", "outside episode", "inside episode")
+
+
+def timed(call: Callable[[], object], count: int) -> list[tuple[float, float]]:
+    """(wall seconds, CPU seconds of this thread) taken by each of `count` calls."""
+    samples = []
+    for _ in range(count):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        call()
+        samples.append((time.perf_counter() - wall, time.thread_time() - cpu))
+    return samples
+
+
+def measure(client: openai.OpenAI, calls: int, stream: bool) -> dict[str, tuple[float, float]]:
+    """Median (wall, thread CPU) seconds per call in each mode."""
+    def request() -> object:
+        if stream:
+            return list(client.chat.completions.create(model="test-model", messages=MESSAGES, stream=True))
+        return client.chat.completions.create(model="test-model", messages=MESSAGES)
+
+    def inside_episode() -> object:
+        with episode_scope(ls.Episode(name="bench")) as episode:
+            result = request()
+        if len(episode.calls) != 1:
+            raise RuntimeError("the call was not recorded: the benchmark would measure nothing")
+        return result
+
+    def run(mode: str) -> list[tuple[float, float]]:
+        (ls.uninstrument_openai if mode == "baseline" else ls.instrument_openai)()
+        return timed(inside_episode if mode == "inside episode" else request, ROUND)
+
+    samples: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
+    timed(request, ROUND)  # warm up connections and code paths
+    for number in range(max(1, calls // ROUND)):
+        order = MODES[number % 3:] + MODES[:number % 3]  # rotate, so no mode always runs first
+        gc.collect()
+        gc.disable()  # collections land on whichever call happens to run then; keep them out of samples
+        try:
+            for mode in order:
+                samples[mode] += run(mode)
+        finally:
+            gc.enable()
+    ls.uninstrument_openai()
+    return {mode: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
+            for mode, values in samples.items()}
+
+
+def in_process_client() -> openai.OpenAI:
+    """An openai client whose requests are answered in-process with the test server's bodies."""
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        if body.get("stream"):
+            events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chat_chunks(body, [ANSWER], "chatcmpl-1")]
+            content = ("".join(events) + "data: [DONE]\n\n").encode()
+            return httpx2.Response(200, content=content, headers={"content-type": "text/event-stream"})
+        return httpx2.Response(200, json=chat_completion(body, [ANSWER], "chatcmpl-1"))
+
+    http_client = openai.DefaultHttpxClient(transport=httpx2.MockTransport(answer))
+    return openai.OpenAI(base_url="http://in-process/v1", api_key="test-key", http_client=http_client)
+
+
+def report(transport: str, client: openai.OpenAI, calls: int) -> list[float]:
+    """Print one table block; return the CPU time added inside an episode (µs) for whole and stream."""
+    added = []
+    for stream in (False, True):
+        medians = measure(client, calls, stream)
+        base_wall, base_cpu = medians["baseline"]
+        for mode, (wall, cpu) in medians.items():
+            extra = ("", "") if mode == "baseline" else (f"{(wall - base_wall) * 1e6:+.1f}",
+                                                          f"{(cpu - base_cpu) * 1e6:+.1f}")
+            print(f"{transport:<12} {'stream' if stream else 'whole':<7} {mode:<16} {wall * 1e6:>9.1f} {extra[0]:>9}"
+                  f" {cpu * 1e6:>9.1f} {extra[1]:>9}")
+        added.append((medians["inside episode"][1] - base_cpu) * 1e6)
+    return added
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=3000, help="calls per mode and case (default 3000)")
+    args = parser.parse_args()
+    server = OpenAITestServer(responder=lambda request: ANSWER).start()
+    http = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0)
+    local = in_process_client()
+    try:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"openai {openai.__version__}; {args.calls} calls per mode; {os.cpu_count()} CPUs, load {load:.1f}\n")
+        print(f"{'':<37} {'wall-clock µs':>19} {'caller CPU µs':>19}")
+        print(f"{'transport':<12} {'request':<7} {'mode':<16} {'median':>9} {'added':>9} {'median':>9} {'added':>9}")
+        report("HTTP server", http, args.calls)
+        in_process = report("in-process", local, args.calls)
+        print(f"\nadded by recording inside an episode (in-process, caller CPU time: the precise figure): "
+              f"whole {in_process[0]:.1f} µs, stream {in_process[1]:.1f} µs; target: under 50 µs")
+    finally:
+        http.close()
+        local.close()
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
