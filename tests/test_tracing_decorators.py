@@ -60,6 +60,19 @@ async def test_async_agent_with_name_and_keyword_task(async_openai_client):
     assert solver.__name__ == "solver"  # functools.wraps keeps the agent's identity
 
 
+async def test_callable_object_with_async_call_is_an_async_agent(async_openai_client):
+    class Solver:
+        async def __call__(self, task: str) -> str:
+            reply = await async_openai_client.chat.completions.create(
+                model="test-model", messages=[{"role": "user", "content": task}])
+            return reply.choices[0].message.content
+
+    agent = ls.trace_agent(name="callable")(Solver())
+    with ls.capture() as episodes:
+        assert await agent("q") == "q"
+    assert episodes[0].output == "q" and len(episodes[0].calls) == 1
+
+
 def test_method_agent_records_the_first_argument_after_self(openai_client):
     class Agent:
         @ls.trace_agent(name="method")

@@ -41,7 +41,8 @@ def trace_agent(fn: Callable[P, R] | None = None, /, *, name: str | None = None)
     Each call makes a new episode current while the agent runs: the LLM calls it makes through
     openai (and the supported frameworks) are recorded into it, and `@reward` functions it calls
     score it. Its first argument (after `self`/`cls`) is recorded as the task, its return value as
-    the output (for generators: the list of yielded items). An exception is recorded with its
+    the output (for generators: the list of yielded items, or the return value if there is one).
+    An exception is recorded with its
     traceback and re-raised unchanged. A traced agent called inside another becomes a child episode
     (`parent_id`, and appended to the parent's `children`). The first call switches openai capture
     on (see `configure(instrument_openai=...)`).
@@ -63,11 +64,13 @@ def _traced(fn: Callable[P, R], name: str | None) -> Callable[P, R]:
             report_internal_error(f"starting an episode of {agent_name}")
             return None
 
-    if inspect.isasyncgenfunction(fn):
+    # A callable object is an async/generator agent when its __call__ is one.
+    kind = fn if inspect.isroutine(fn) or isinstance(fn, functools.partial) else type(fn).__call__
+    if inspect.isasyncgenfunction(kind):
         wrapper = _async_generator_wrapper(fn, start)
-    elif inspect.iscoroutinefunction(fn):
+    elif inspect.iscoroutinefunction(kind):
         wrapper = _coroutine_wrapper(fn, start)
-    elif inspect.isgeneratorfunction(fn):
+    elif inspect.isgeneratorfunction(kind):
         wrapper = _generator_wrapper(fn, start)
     else:
         wrapper = _function_wrapper(fn, start)
