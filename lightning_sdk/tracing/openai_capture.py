@@ -23,12 +23,8 @@ from typing import Any
 from lightning_sdk.tracing.context import current_call_attributes, current_episode, record_call
 from lightning_sdk.tracing.episode import LLMCall
 from lightning_sdk.tracing.errors import report_internal_error
-from lightning_sdk.tracing.openai_calls import (
-    StreamAssembler,
-    calls_from_response,
-    failed_call,
-    request_record,
-)
+from lightning_sdk.tracing.openai_calls import calls_from_response, failed_call, request_record
+from lightning_sdk.tracing.openai_streams import tap_async_stream, tap_stream
 
 __all__ = [
     "ensure_openai_instrumented",
@@ -234,9 +230,9 @@ class _Recording:
     def handle_result(self, result: Any) -> None:
         stream, async_stream, raw_responses = _openai_types()
         if isinstance(result, stream):
-            self._wrap_stream(result)
+            tap_stream(result, self)
         elif isinstance(result, async_stream):
-            self._wrap_async_stream(result)
+            tap_async_stream(result, self)
         elif isinstance(result, raw_responses):
             self._wrap_parse(result)
         elif hasattr(result, "choices"):
@@ -263,66 +259,3 @@ class _Recording:
             return  # parse(to=dict) and the like: nothing we can read
         self.parsed = True
         self.guarded(self.handle_result, result)
-
-    def _wrap_stream(self, stream: Any) -> None:
-        """Record when the user has consumed the stream or closed it, with exactly what they saw."""
-        tap, inner, original_close = _StreamTap(self), stream._iterator, stream.close
-
-        def iterate() -> Any:
-            try:
-                for chunk in inner:
-                    tap.seen(chunk)
-                    yield chunk
-                tap.exhausted = True
-            except Exception as error:
-                tap.error = error
-                raise
-            finally:
-                tap.finish()
-
-        def close() -> None:
-            tap.finish()
-            original_close()
-
-        stream._iterator, stream.close = iterate(), close
-
-    def _wrap_async_stream(self, stream: Any) -> None:
-        tap, inner, original_close = _StreamTap(self), stream._iterator, stream.close
-
-        async def iterate() -> Any:
-            try:
-                async for chunk in inner:
-                    tap.seen(chunk)
-                    yield chunk
-                tap.exhausted = True
-            except Exception as error:
-                tap.error = error
-                raise
-            finally:
-                tap.finish()
-
-        async def close() -> None:
-            tap.finish()
-            await original_close()
-
-        stream._iterator, stream.close = iterate(), close
-
-
-class _StreamTap:
-    """What the sync and async stream wrappers share: collect chunks, record once at the end."""
-
-    def __init__(self, recording: _Recording) -> None:
-        self.recording = recording
-        self.assembler = StreamAssembler(recording.template, recording.prompts)
-        self.exhausted = False
-        self.error: BaseException | None = None
-
-    def seen(self, chunk: Any) -> None:
-        self.recording.guarded(self.assembler.add, chunk)
-
-    def finish(self) -> None:
-        if self.recording.recorded:  # consumed to the end, then closed: recorded once, at the end
-            return
-        error = f"{type(self.error).__name__}: {self.error}" if self.error is not None else None
-        closed_early = not self.exhausted and self.error is None
-        self.recording.guarded(lambda: self.recording.record(self.assembler.calls(error, closed_early)))
