@@ -1,0 +1,239 @@
+"""Plain data shared by every engine: sampling parameters, generation results and the `Engine` protocol.
+
+Nothing here imports torch or vLLM, so the serving app and the trainer can type against the protocol
+without loading a backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from lightning_sdk.engine.models import ResolvedModel
+
+__all__ = [
+    "Completion",
+    "CompletionDelta",
+    "Engine",
+    "EngineError",
+    "GenerationResult",
+    "PromptTooLongError",
+    "SamplingParams",
+    "WeightSync",
+    "WeightVersion",
+    "check_prompt_fits",
+]
+
+WeightSync = Literal["lora", "merge"]
+"""How new weights reach an engine: hot-load a LoRA adapter, or push weights with the adapter merged in."""
+
+WeightVersion = int | str | None
+"""The version tag of the weights an engine serves; `None` means the base model."""
+
+MAX_TOP_LOGPROBS = 20
+"""The most alternatives per token that `SamplingParams.top_logprobs` may ask for (OpenAI's limit)."""
+
+
+class EngineError(RuntimeError):
+    """The engine failed while serving a request."""
+
+
+class PromptTooLongError(ValueError):
+    """The prompt plus the requested completion does not fit the model's context window."""
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.max_model_len = max_model_len
+        super().__init__(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or the completion."
+        )
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one request. Invalid values raise `ValueError` with the accepted range."""
+
+    max_tokens: int = 256
+    """Most new tokens to generate."""
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling mass, in (0, 1]."""
+    n: int = 1
+    """Completions to sample for the prompt."""
+    stop: tuple[str, ...] = ()
+    """Strings that end a completion; the stop string is not part of the returned text."""
+    seed: int | None = None
+    """Per-request seed for reproducible sampling."""
+    top_logprobs: int = 0
+    """Alternatives to return per token, besides the sampled token's logprob (always returned)."""
+    max_n: int = field(default=16, repr=False, compare=False)
+    """Upper bound for `n` (a server setting, not a request field)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", tuple(self.stop))
+        _check(
+            isinstance(self.max_tokens, int) and self.max_tokens >= 1,
+            "max_tokens",
+            self.max_tokens,
+            "an integer >= 1",
+        )
+        _check(
+            _is_number(self.temperature) and 0.0 <= self.temperature <= 2.0,
+            "temperature",
+            self.temperature,
+            "a number between 0 and 2",
+        )
+        _check(_is_number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a number in (0, 1]")
+        _check(
+            isinstance(self.n, int) and 1 <= self.n <= self.max_n,
+            "n",
+            self.n,
+            f"an integer between 1 and {self.max_n}",
+        )
+        _check(
+            all(isinstance(s, str) and s for s in self.stop) and len(self.stop) <= 4,
+            "stop",
+            self.stop,
+            "at most 4 non-empty strings",
+        )
+        _check(self.seed is None or isinstance(self.seed, int), "seed", self.seed, "an integer or null")
+        _check(
+            isinstance(self.top_logprobs, int) and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
+            "top_logprobs",
+            self.top_logprobs,
+            f"an integer between 0 and {MAX_TOP_LOGPROBS}",
+        )
+
+    @property
+    def greedy(self) -> bool:
+        """True when decoding is greedy (temperature 0)."""
+        return self.temperature == 0.0
+
+
+def check_prompt_fits(prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+    """Raise `PromptTooLongError` when prompt plus completion exceed the context window."""
+    if prompt_tokens == 0:
+        raise ValueError("The prompt is empty; send at least one token.")
+    if prompt_tokens + max_tokens > max_model_len:
+        raise PromptTooLongError(prompt_tokens, max_tokens, max_model_len)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check(ok: bool, name: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"Invalid {name}={value!r}: expected {expected}.")
+
+
+@dataclass
+class Completion:
+    """One sampled completion of a prompt."""
+
+    index: int
+    """Position among the `n` completions of the request."""
+    token_ids: list[int]
+    """Exact sampled token ids, including a final end-of-turn token when the model emitted one."""
+    logprobs: list[float]
+    """Sampling log-probability of each token in `token_ids`."""
+    text: str
+    """Decoded text (special tokens and a matched stop string left out)."""
+    finish_reason: str
+    """`"stop"` (end-of-turn token or stop string), `"length"` (max_tokens reached) or `"abort"`."""
+    top_logprobs: list[dict[int, float]] | None = None
+    """Per token, the most likely alternatives and their logprobs, when requested."""
+
+
+@dataclass
+class GenerationResult:
+    """The completions of one prompt."""
+
+    prompt_token_ids: list[int]
+    """The prompt exactly as the model attended to it."""
+    completions: list[Completion]
+    """One entry per requested sample, ordered by index."""
+    weight_version: WeightVersion = None
+    """Version of the weights that produced the completions (`None`: base model)."""
+
+
+@dataclass
+class CompletionDelta:
+    """New tokens of one completion during streaming."""
+
+    index: int
+    """Which of the `n` completions the tokens belong to."""
+    token_ids: list[int]
+    """Token ids sampled since the previous delta of this completion."""
+    logprobs: list[float]
+    """Their sampling logprobs."""
+    text: str
+    """Their decoded text."""
+    finish_reason: str | None = None
+    """Set on the last delta of the completion."""
+    top_logprobs: list[dict[int, float]] | None = None
+    """Alternatives per new token, when requested."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the serving app and the trainer need from an inference engine.
+
+    Implementations: `VLLMEngine` (continuous batching) and `TransformersEngine` (fallback). Every method is
+    safe to call from any thread; `agenerate` and `astream` from any event loop.
+    """
+
+    model: ResolvedModel
+    """The loaded model's folder and served name."""
+    max_model_len: int
+    """Context window in tokens (prompt plus completion)."""
+    weight_sync: WeightSync
+    """How `load_adapter` reaches the model: `"lora"` hot-load or `"merge"` push."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer of the model (with its chat template)."""
+
+    @property
+    def weight_version(self) -> WeightVersion:
+        """Version of the weights being served; `None` for the base model."""
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[GenerationResult]:
+        """Sample completions for a batch of prompt token ids (blocking)."""
+
+    async def agenerate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
+        """Sample completions for one prompt; concurrent calls are batched together."""
+
+    def astream(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncIterator[CompletionDelta]:
+        """Stream the completions of one prompt as they are sampled."""
+
+    def load_adapter(self, path: str | Path | None, version: WeightVersion) -> None:
+        """Serve a peft LoRA adapter folder from now on (`None`: back to the base weights)."""
+
+    def update_weights(
+        self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: WeightVersion
+    ) -> None:
+        """Replace the model's weights in place with full (merged) weights named as in the model folder."""
+
+    def sleep(self) -> None:
+        """Free what the engine can between rollouts (no-op where the backend cannot)."""
+
+    def wake(self) -> None:
+        """Undo `sleep` before the next rollout."""
+
+    def shutdown(self) -> None:
+        """Stop the engine and release its memory; the engine cannot be used afterwards."""

