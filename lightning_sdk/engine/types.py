@@ -199,6 +199,8 @@ class Engine(Protocol):
     """Context window in tokens (prompt plus completion)."""
     weight_sync: WeightSync
     """How `load_adapter` reaches the model: `"lora"` hot-load or `"merge"` push."""
+    max_n: int
+    """Largest `n` (completions per prompt) a request may ask for."""
 
     @property
     def tokenizer(self) -> Any:

@@ -1,1 +1,11 @@
-"""serving"""
+"""OpenAI-compatible serving over any engine: `serve()`, `start_server()`, `LLMEndpoint`.
+
+The app renders chat templates into prompt token ids itself and returns the exact prompt and completion
+token ids with their logprobs, so recorded calls are trainable without re-tokenizing anything.
+Importing this package is light; FastAPI, uvicorn and the engine load when a server starts.
+"""
+
+from lightning_sdk.serving.endpoint import LLMEndpoint
+from lightning_sdk.serving.server import ServerHandle, serve, start_server
+
+__all__ = ["LLMEndpoint", "ServerHandle", "serve", "start_server"]

@@ -1,0 +1,58 @@
+"""The `lightning-sdk serve` command: arguments and entry point (wired up in `lightning_sdk/cli.py`)."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_serve_arguments", "run_serve"]
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `serve` command's options to an argparse (sub)parser."""
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="Hugging Face model folder or Hub id (default: the bundled SmolLM2-135M-Instruct).",
+    )
+    parser.add_argument(
+        "--adapter", default=None, help="peft LoRA adapter folder to serve on top of the model."
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["auto", "vllm", "transformers"],
+        default="auto",
+        help="Inference engine (default: vLLM when installed).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="Interface to listen on (default: 127.0.0.1).")
+    parser.add_argument("--port", type=int, default=8000, help="Port (default: 8000; 0 picks a free one).")
+    parser.add_argument("--api-key", default=None, help="Bearer key clients must send (default: random).")
+    parser.add_argument("--max-model-len", type=int, default=None, help="Context window in tokens.")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="Completion length when a request sets no max_tokens (default: rest of the context).",
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Start the server from parsed arguments, print how to reach it, and serve until Ctrl+C."""
+    from lightning_sdk.serving.server import serve
+
+    options = {} if args.max_model_len is None else {"max_model_len": args.max_model_len}
+    handle = serve(
+        args.model,
+        args.adapter,
+        engine=args.engine,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        default_max_tokens=args.max_tokens,
+        **options,
+    )
+    endpoint = handle.endpoint
+    print(f"Serving {endpoint.model} at {endpoint.base_url}  (Ctrl+C to stop)")
+    print(f"  export OPENAI_BASE_URL={endpoint.base_url}")
+    print(f"  export OPENAI_API_KEY={endpoint.api_key}")
+    handle.wait()
+    return 0

@@ -1,0 +1,55 @@
+"""`LLMEndpoint`: where an OpenAI-compatible model server is and how to call it.
+
+Plain data with no heavy imports: `lightning_sdk.LLMEndpoint` loads this module on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["LLMEndpoint"]
+
+
+@dataclass(frozen=True)
+class LLMEndpoint:
+    """An OpenAI-compatible endpoint: our own served model, or any other server.
+
+    Example::
+
+        endpoint = ls.serve()                      # or LLMEndpoint("http://127.0.0.1:8000/v1", "key", "m")
+        client = endpoint.openai_client()
+        client.chat.completions.create(model=endpoint.model, messages=[{"role": "user", "content": "Hi"}])
+    """
+
+    base_url: str
+    """Base URL including the `/v1` suffix, e.g. `http://127.0.0.1:8000/v1`."""
+    api_key: str
+    """Bearer key the server expects."""
+    model: str
+    """Model name to put in requests."""
+
+    def openai_client(self, **kwargs: Any) -> openai.OpenAI:
+        """A synchronous `openai.OpenAI` client for this endpoint (extra kwargs go to the client)."""
+        import openai
+
+        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+
+    def async_openai_client(self, **kwargs: Any) -> openai.AsyncOpenAI:
+        """An `openai.AsyncOpenAI` client for this endpoint."""
+        import openai
+
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that point OpenAI-based code at this endpoint (`OPENAI_BASE_URL`, ...)."""
+        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": self.api_key, "OPENAI_MODEL": self.model}
+
+    def export_env(self) -> None:
+        """Set `env` in `os.environ`, so agents that build their own client without arguments use it."""
+        os.environ.update(self.env)

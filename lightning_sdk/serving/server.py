@@ -1,0 +1,175 @@
+"""Run the OpenAI-compatible app on 127.0.0.1 in a background thread: `serve()` and `start_server()`."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from lightning_sdk.engine.types import Engine
+from lightning_sdk.serving.endpoint import LLMEndpoint
+
+__all__ = ["ServerHandle", "serve", "start_server"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerHandle:
+    """A running server: its `endpoint`, its `engine`, and `stop()`."""
+
+    endpoint: LLMEndpoint
+    """Where to send requests (base URL, bearer key, model name)."""
+    engine: Engine
+    """The engine behind the server (push new weights into it with `load_adapter` / `update_weights`)."""
+    owns_engine: bool = False
+    """Whether `stop()` also shuts the engine down (true for `serve()`)."""
+    _server: Any = field(default=None, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        """Stop accepting requests, end the server thread and (if owned) shut the engine down."""
+        if self._thread is not None and self._thread.is_alive():
+            self._server.should_exit = True
+            self._thread.join(timeout=30)
+        if self.owns_engine:
+            self.engine.shutdown()
+            self.owns_engine = False
+
+    def wait(self) -> None:
+        """Block until the server stops; Ctrl+C stops it."""
+        try:
+            while self._thread is not None and self._thread.is_alive():
+                self._thread.join(timeout=0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_server(
+    engine: Engine,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    model_name: str | None = None,
+    default_max_tokens: int | None = None,
+    owns_engine: bool = False,
+    startup_timeout: float = 30.0,
+) -> ServerHandle:
+    """Serve an existing engine in a background thread and return once it accepts connections.
+
+    Args:
+        engine: Any `Engine`.
+        host: Interface to listen on; the default keeps the server private to this machine.
+        port: 0 picks a free port.
+        api_key: Bearer key clients must send; a random one is generated when not given.
+        model_name: Name reported by `/v1/models` (default: the engine's model name).
+        default_max_tokens: Completion length when a request sets no `max_tokens` (default: the rest of the
+            context window, as OpenAI does).
+        owns_engine: Shut the engine down in `stop()`.
+        startup_timeout: Seconds to wait for the server to come up.
+    """
+    import uvicorn
+
+    from lightning_sdk.serving.app import create_app
+
+    key = api_key or f"sk-local-{secrets.token_urlsafe(24)}"
+    app = create_app(engine, api_key=key, model_name=model_name, default_max_tokens=default_max_tokens)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=30,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="lightning-sdk-server", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + startup_timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(
+                f"The server did not start on {host}:{sock.getsockname()[1]}; see the log above."
+            )
+        time.sleep(0.02)
+    bound_port = sock.getsockname()[1]
+    endpoint = LLMEndpoint(f"http://{host}:{bound_port}/v1", key, model_name or engine.model.name)
+    log.info("serving %s at %s", endpoint.model, endpoint.base_url)
+    return ServerHandle(endpoint, engine, owns_engine, server, thread)
+
+
+def serve(
+    model: str | Path | None = None,
+    adapter: str | Path | None = None,
+    *,
+    engine: Literal["auto", "vllm", "transformers"] = "auto",
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    block: bool = False,
+    default_max_tokens: int | None = None,
+    **engine_options: Any,
+) -> ServerHandle:
+    """Serve a model (and optionally a trained LoRA adapter) through an OpenAI-compatible endpoint.
+
+    Example::
+
+        server = ls.serve()                        # bundled model on 127.0.0.1, free port, random key
+        client = server.endpoint.openai_client()
+        client.chat.completions.create(model=server.endpoint.model, messages=[...])
+        server.stop()
+
+    Args:
+        model: `None` (bundled SmolLM2-135M-Instruct), a local Hugging Face folder or a Hub id.
+        adapter: A peft LoRA adapter folder (e.g. a training checkpoint) to serve on top of the model.
+        engine: "auto" (vLLM when installed), "vllm" or "transformers".
+        host: Interface to listen on.
+        port: Port; 0 picks a free one.
+        api_key: Bearer key; random when not given (read it from `handle.endpoint.api_key`).
+        block: Serve until Ctrl+C instead of returning the handle right away.
+        default_max_tokens: Completion length when a request sets no `max_tokens`.
+        engine_options: Passed to the engine (`max_model_len`, `dtype`, ...).
+
+    Returns:
+        A `ServerHandle`; `stop()` shuts down the server and its engine.
+    """
+    from lightning_sdk.engine.factory import create_engine
+
+    built = create_engine(model, engine=engine, **engine_options)
+    try:
+        if adapter is not None:
+            built.load_adapter(adapter, version=Path(adapter).name)
+        handle = start_server(
+            built,
+            host=host,
+            port=port,
+            api_key=api_key,
+            owns_engine=True,
+            default_max_tokens=default_max_tokens,
+        )
+    except BaseException:
+        built.shutdown()
+        raise
+    if block:
+        handle.wait()
+    return handle

@@ -1,0 +1,191 @@
+"""Server-sent event streams for chat and text completions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from lightning_sdk.engine.types import CompletionDelta, Engine, SamplingParams
+from lightning_sdk.serving.errors import APIError, error_body
+from lightning_sdk.serving.responses import (
+    ResponseMeta,
+    chat_chunk,
+    chat_logprobs,
+    completion_choice,
+    completion_logprobs,
+    finish_reason,
+    usage,
+)
+from lightning_sdk.serving.tool_calls import ToolTextFilter
+
+__all__ = ["chat_events", "completion_events", "first_and_rest", "merged_streams", "sse"]
+
+log = logging.getLogger(__name__)
+DONE = "data: [DONE]\n\n"
+
+
+def sse(payload: dict[str, Any]) -> str:
+    """One server-sent event."""
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def first_and_rest(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[Any]]:
+    """Wait for the first item, so errors before any output still get a proper status code."""
+    first = await anext(stream)
+
+    async def rest() -> AsyncIterator[Any]:
+        yield first
+        async for item in stream:
+            yield item
+
+    return first, rest()
+
+
+async def chat_events(
+    deltas: AsyncIterator[CompletionDelta],
+    *,
+    meta: ResponseMeta,
+    tokenizer: Any,
+    prompt_token_ids: list[int],
+    n: int,
+    tools_active: bool,
+    assistant_prefix: str,
+    top_logprobs: int | None,
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    """SSE chunks of a chat completion; `top_logprobs=None` leaves out the standard logprobs."""
+    filters = {index: ToolTextFilter() for index in range(n)}
+    for text_filter in filters.values():
+        text_filter.feed(assistant_prefix)  # the forced start of a tool call, already in the prompt
+    first = [
+        {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None} for i in range(n)
+    ]
+    yield sse(chat_chunk(meta, first, prompt_token_ids=prompt_token_ids))
+    generated = 0
+    try:
+        async for delta in deltas:
+            generated += len(delta.token_ids)
+            choice = _chat_delta(delta, filters[delta.index], tokenizer, tools_active, top_logprobs)
+            yield sse(chat_chunk(meta, [choice]))
+    except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band, as OpenAI does
+        yield _error_event(error)
+        return
+    if include_usage:
+        yield sse(chat_chunk(meta, [], usage=usage(len(prompt_token_ids), generated)))
+    yield DONE
+
+
+def _chat_delta(
+    delta: CompletionDelta,
+    text_filter: ToolTextFilter,
+    tokenizer: Any,
+    tools_active: bool,
+    top_logprobs: int | None,
+) -> dict[str, Any]:
+    content = text_filter.feed(delta.text) if tools_active else delta.text
+    message: dict[str, Any] = {"content": content}
+    tool_calls: list[dict[str, Any]] = []
+    if delta.finish_reason is not None and tools_active:
+        rest, parsed = text_filter.finish()
+        message["content"] = content + rest
+        tool_calls = parsed.tool_calls
+        if tool_calls:
+            message["tool_calls"] = [{"index": k, **call} for k, call in enumerate(tool_calls)]
+    logprobs = None
+    if top_logprobs is not None:
+        logprobs = chat_logprobs(tokenizer, delta.token_ids, delta.logprobs, delta.top_logprobs, top_logprobs)
+    return {
+        "index": delta.index,
+        "delta": message,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason(delta.finish_reason, bool(tool_calls)),
+        "token_ids": delta.token_ids,
+        "token_logprobs": delta.logprobs,
+    }
+
+
+async def merged_streams(
+    engine: Engine, prompts: Sequence[list[int]], params: SamplingParams
+) -> AsyncIterator[tuple[int, CompletionDelta]]:
+    """Deltas of several prompts' streams as they come, tagged with the prompt's position."""
+    if len(prompts) == 1:
+        async for delta in engine.astream(prompts[0], params):
+            yield 0, delta
+        return
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def pump(position: int) -> None:
+        try:
+            async for delta in engine.astream(prompts[position], params):
+                await queue.put((position, delta))
+        except Exception as error:  # noqa: BLE001 - handed to the consumer below
+            await queue.put(error)
+        await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(i)) for i in range(len(prompts))]
+    try:
+        running = len(tasks)
+        while running:
+            item = await queue.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def completion_events(
+    deltas: AsyncIterator[tuple[int, CompletionDelta]],
+    *,
+    meta: ResponseMeta,
+    tokenizer: Any,
+    prompts: Sequence[list[int]],
+    n: int,
+    top_logprobs: int | None,
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    """SSE chunks of a text completion; each choice's first chunk carries its `prompt_token_ids`."""
+    started: set[int] = set()
+    offsets: dict[int, int] = {}
+    generated = 0
+    try:
+        async for position, delta in deltas:
+            index = position * n + delta.index
+            generated += len(delta.token_ids)
+            logprobs = None
+            if top_logprobs is not None:
+                logprobs = completion_logprobs(
+                    tokenizer,
+                    delta.token_ids,
+                    delta.logprobs,
+                    delta.top_logprobs,
+                    top_logprobs,
+                    offsets.get(index, 0),
+                )
+            offsets[index] = offsets.get(index, 0) + len(delta.text)
+            choice = completion_choice(
+                index, prompts[position], delta, logprobs, with_prompt=index not in started
+            )
+            started.add(index)
+            yield sse({**meta.fields("text_completion"), "choices": [choice]})
+    except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
+        yield _error_event(error)
+        return
+    if include_usage:
+        prompt_tokens = sum(len(p) for p in prompts)
+        yield sse({**meta.fields("text_completion"), "choices": [], "usage": usage(prompt_tokens, generated)})
+    yield DONE
+
+
+def _error_event(error: Exception) -> str:
+    if isinstance(error, APIError):
+        return sse(error.body())
+    log.exception("engine failed during a streamed response", exc_info=error)
+    return sse(error_body(f"The engine failed: {error}", "server_error", code="engine_error"))

@@ -1,0 +1,104 @@
+"""VLLMEngine on the bundled model: batched and concurrent generation, streaming, limits, torch threads."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lightning_sdk.engine import Engine, PromptTooLongError, SamplingParams
+
+pytestmark = pytest.mark.slow
+
+QUESTION = [{"role": "user", "content": "What is 12 + 7?"}]
+
+
+def test_engine_satisfies_the_protocol(vllm_engine) -> None:
+    assert isinstance(vllm_engine, Engine)
+    assert vllm_engine.weight_sync == ("merge" if vllm_engine.on_cpu else "lora")
+    assert vllm_engine.max_model_len == 2048
+    assert (vllm_engine.model.path / "config.json").is_file()
+
+
+def test_batch_generate_returns_ids_logprobs_and_text(vllm_engine, chat_prompt_ids) -> None:
+    prompts = [chat_prompt_ids(QUESTION), chat_prompt_ids([{"role": "user", "content": "Name a color."}])]
+    results = vllm_engine.generate(prompts, SamplingParams(temperature=0, max_tokens=24))
+    tokenizer = vllm_engine.tokenizer
+    for prompt, result in zip(prompts, results):
+        [completion] = result.completions
+        assert result.prompt_token_ids == prompt
+        assert 0 < len(completion.token_ids) <= 24
+        assert len(completion.logprobs) == len(completion.token_ids)
+        assert all(lp <= 0.0 for lp in completion.logprobs)
+        assert completion.text == tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+        assert completion.finish_reason in ("stop", "length")
+    assert results[0].completions[0].text.startswith("12 + 7")
+
+
+def test_n_samples_seed_and_stop(vllm_engine, chat_prompt_ids) -> None:
+    params = SamplingParams(temperature=1.0, max_tokens=24, n=4, seed=7, stop=("\n",))
+    first = vllm_engine.generate([chat_prompt_ids(QUESTION)], params)[0]
+    again = vllm_engine.generate([chat_prompt_ids(QUESTION)], params)[0]
+    assert [c.index for c in first.completions] == [0, 1, 2, 3]
+    assert [c.token_ids for c in first.completions] == [c.token_ids for c in again.completions]
+    assert len({tuple(c.token_ids) for c in first.completions}) > 1  # n samples, not one repeated
+    for completion in first.completions:
+        assert "\n" not in completion.text
+        assert completion.finish_reason in ("stop", "length")
+
+
+def test_top_logprobs_include_the_sampled_token(vllm_engine, chat_prompt_ids) -> None:
+    result = vllm_engine.generate(
+        [chat_prompt_ids(QUESTION)], SamplingParams(temperature=0, max_tokens=4, top_logprobs=3)
+    )[0]
+    completion = result.completions[0]
+    for token_id, logprob, top in zip(completion.token_ids, completion.logprobs, completion.top_logprobs):
+        assert top[token_id] == pytest.approx(logprob)
+        assert max(top.values()) == pytest.approx(logprob)  # greedy picks the most likely token
+        assert len(top) >= 3
+
+
+async def test_concurrent_requests_and_stream_match_batch(vllm_engine, chat_prompt_ids) -> None:
+    prompt = chat_prompt_ids(QUESTION)
+    greedy = SamplingParams(temperature=0, max_tokens=16)
+    results = await asyncio.gather(*(vllm_engine.agenerate(prompt, greedy) for _ in range(8)))
+    expected = results[0].completions[0]
+    assert all(r.completions[0].token_ids == expected.token_ids for r in results)
+    streamed_ids, streamed_text = [], ""
+    async for delta in vllm_engine.astream(prompt, greedy):
+        streamed_ids += delta.token_ids
+        streamed_text += delta.text
+    assert streamed_ids == expected.token_ids
+    assert streamed_text == expected.text
+
+
+async def test_abandoned_stream_frees_its_slot(vllm_engine, chat_prompt_ids) -> None:
+    stream = vllm_engine.astream(chat_prompt_ids(QUESTION), SamplingParams(temperature=0, max_tokens=500))
+    async for _ in stream:
+        break
+    await stream.aclose()
+    for _ in range(100):
+        if not vllm_engine._loop.busy:
+            break
+        await asyncio.sleep(0.05)
+    assert not vllm_engine._loop.busy
+
+
+def test_prompt_longer_than_the_context_is_refused(vllm_engine) -> None:
+    with pytest.raises(PromptTooLongError, match="maximum context length is 2048"):
+        vllm_engine.generate([[1] * 2040], SamplingParams(max_tokens=16))
+
+
+def test_torch_threads_are_restored_for_training(vllm_engine) -> None:
+    import torch
+
+    assert torch.set_num_threads is vllm_engine._user_threads.set_num_threads  # vLLM's no-op replaced back
+    user_threads = vllm_engine._user_threads.count
+    vllm_engine.sleep()
+    try:
+        assert torch.get_num_threads() == user_threads
+        torch.set_num_threads(1)
+        assert torch.get_num_threads() == 1  # really applied, not swallowed
+    finally:
+        vllm_engine.wake()
+    assert torch.get_num_threads() == vllm_engine._serving_threads

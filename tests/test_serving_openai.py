@@ -1,0 +1,208 @@
+"""The real openai client over HTTP against our app on the shared vLLM engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import lightning_sdk as ls
+
+pytestmark = pytest.mark.slow
+
+QUESTION = [{"role": "user", "content": "What is 12 + 7?"}]
+
+
+def _decode(served_endpoint, ids: list[int]) -> str:
+    return served_endpoint.engine.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_sync_chat_returns_prompt_and_completion_ids(served_endpoint, chat_prompt_ids) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client()
+    reply = client.chat.completions.create(
+        model=endpoint.model, messages=QUESTION, max_tokens=20, temperature=0
+    )
+    choice = reply.choices[0]
+    assert reply.prompt_token_ids == chat_prompt_ids(QUESTION)
+    assert _decode(served_endpoint, choice.token_ids) == choice.message.content
+    assert len(choice.token_logprobs) == len(choice.token_ids)
+    assert choice.logprobs is None  # standard logprobs only when asked
+    assert reply.usage.prompt_tokens == len(reply.prompt_token_ids)
+    assert reply.usage.completion_tokens == len(choice.token_ids)
+
+
+def test_prompt_plus_completion_ids_are_what_the_model_attended_to(served_endpoint) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client()
+    reply = client.chat.completions.create(
+        model=endpoint.model, messages=QUESTION, max_tokens=16, temperature=0
+    )
+    prompt, completion = reply.prompt_token_ids, reply.choices[0].token_ids
+    # Continue greedily from the concatenated ids: the model must produce exactly the rest.
+    half = len(completion) // 2
+    rest = client.completions.create(
+        model=endpoint.model,
+        prompt=prompt + completion[:half],
+        max_tokens=len(completion) - half,
+        temperature=0,
+    )
+    assert rest.choices[0].prompt_token_ids == prompt + completion[:half]
+    assert rest.choices[0].token_ids == completion[half:]
+
+
+async def test_async_chat_with_logprobs(served_endpoint) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.async_openai_client()
+    reply = await client.chat.completions.create(
+        model=endpoint.model,
+        messages=QUESTION,
+        max_tokens=12,
+        temperature=0.8,
+        seed=3,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    choice = reply.choices[0]
+    assert _decode(served_endpoint, choice.token_ids) == choice.message.content
+    entries = choice.logprobs.content
+    assert [e.logprob for e in entries] == pytest.approx(choice.token_logprobs)
+    assert all(len(e.top_logprobs) == 2 for e in entries)
+    await client.close()
+
+
+def test_streamed_chat_chunks_carry_ids(served_endpoint) -> None:
+    endpoint = served_endpoint.endpoint
+    stream = endpoint.openai_client().chat.completions.create(
+        model=endpoint.model,
+        messages=QUESTION,
+        max_tokens=20,
+        temperature=1.0,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, ids, logprobs, finish, prompt_ids, usage = (
+        {0: "", 1: ""},
+        {0: [], 1: []},
+        {0: [], 1: []},
+        {},
+        None,
+        None,
+    )
+    for chunk in stream:
+        if getattr(chunk, "prompt_token_ids", None) is not None:
+            prompt_ids = chunk.prompt_token_ids
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            text[choice.index] += choice.delta.content or ""
+            ids[choice.index] += getattr(choice, "token_ids", None) or []
+            logprobs[choice.index] += getattr(choice, "token_logprobs", None) or []
+            if choice.finish_reason:
+                finish[choice.index] = choice.finish_reason
+    assert prompt_ids
+    for index in (0, 1):
+        assert ids[index] and _decode(served_endpoint, ids[index]) == text[index]
+        assert len(logprobs[index]) == len(ids[index])
+        assert finish[index] in ("stop", "length")
+    assert usage.completion_tokens == len(ids[0]) + len(ids[1])
+
+
+async def test_32_concurrent_chats_all_succeed(served_endpoint) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.async_openai_client()
+    questions = [[{"role": "user", "content": f"What is {i} + {i}?"}] for i in range(32)]
+    replies = await asyncio.gather(
+        *(
+            client.chat.completions.create(model=endpoint.model, messages=q, max_tokens=16, temperature=1.0)
+            for q in questions
+        )
+    )
+    assert len(replies) == 32
+    for reply in replies:
+        choice = reply.choices[0]
+        assert choice.token_ids and _decode(served_endpoint, choice.token_ids) == choice.message.content
+    await client.close()
+
+
+def test_text_completions_batch_and_stream(served_endpoint) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client()
+    reply = client.completions.create(
+        model=endpoint.model,
+        prompt=["The capital of France is", "1, 2, 3,"],
+        max_tokens=6,
+        temperature=0,
+        logprobs=1,
+    )
+    assert [c.index for c in reply.choices] == [0, 1]
+    for choice in reply.choices:
+        assert _decode(served_endpoint, choice.token_ids) == choice.text
+        assert choice.logprobs.token_logprobs == pytest.approx(choice.token_logprobs)
+    streamed = "".join(
+        chunk.choices[0].text
+        for chunk in client.completions.create(
+            model=endpoint.model, prompt="The capital of France is", max_tokens=6, temperature=0, stream=True
+        )
+        if chunk.choices
+    )
+    assert streamed == reply.choices[0].text
+
+
+def test_models_list_and_default_alias(served_endpoint) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client()
+    assert [m.id for m in client.models.list()] == [endpoint.model]
+    reply = client.chat.completions.create(model="default", messages=QUESTION, max_tokens=2)
+    assert reply.model == endpoint.model
+
+
+def test_forced_tool_call_is_parsed_from_the_sampled_text(served_endpoint) -> None:
+    from lightning_sdk.serving.tool_calls import parse_tool_calls
+
+    endpoint = served_endpoint.endpoint
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "The current time.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+    reply = endpoint.openai_client().chat.completions.create(
+        model=endpoint.model,
+        messages=[{"role": "user", "content": "What time is it?"}],
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        max_tokens=12,
+        temperature=0,
+    )
+    choice = reply.choices[0]
+    prefix = '<tool_call>\n{"name": "get_time", "arguments": '
+    # The forced start of the call is part of the prompt, so the ids still add up to what the model saw.
+    assert _decode(served_endpoint, reply.prompt_token_ids).endswith(prefix)
+    # The tiny model does not always write valid JSON; whatever it wrote, the reply is its parse.
+    expected = parse_tool_calls(
+        prefix + served_endpoint.engine.tokenizer.decode(choice.token_ids, skip_special_tokens=True)
+    )
+    if expected.tool_calls:
+        assert choice.finish_reason == "tool_calls" or choice.finish_reason == "length"
+        assert [c.function.name for c in choice.message.tool_calls] == ["get_time"]
+        assert [c.function.arguments for c in choice.message.tool_calls] == [
+            c["function"]["arguments"] for c in expected.tool_calls
+        ]
+    else:
+        assert choice.message.tool_calls is None
+        assert choice.message.content == expected.content
+
+
+def test_serve_runs_a_model_with_an_adapter(lora_adapter_dir) -> None:
+    # The standalone entry point, on the transformers engine to keep the test light.
+    with ls.serve(adapter=lora_adapter_dir, engine="transformers", max_model_len=512) as server:
+        reply = server.endpoint.openai_client().chat.completions.create(
+            model=server.endpoint.model, messages=QUESTION, max_tokens=4, temperature=0
+        )
+        assert reply.weight_version == lora_adapter_dir.name
+        assert reply.choices[0].token_ids
+    assert not server.engine._thread.is_alive()  # stop() shut the engine down too
