@@ -8,7 +8,7 @@ import torch
 from lightning_sdk.training.batching import collate, token_logprobs
 from lightning_sdk.training.loss import LossOptions, policy_loss, token_weights
 from lightning_sdk.training.samples import Sample
-from tests.fixtures.training import tiny_llama
+from tests.fixtures.training import tiny_llama, tiny_lora_model
 
 LOG = math.log
 
@@ -125,20 +125,44 @@ def test_micro_batches_with_global_counts_add_up_to_the_full_batch():
         assert full.item() == pytest.approx(sum(part.item() for part in parts)), mode
 
 
-def test_token_logprobs_match_a_full_log_softmax_and_ignore_padding():
+def reference_logprobs(model, sample):
+    """Straightforward: one unpadded sequence, full log-softmax, completion tokens picked."""
+    logits = model(torch.tensor([sample.input_ids])).logits[0] / sample.temperature
+    logprobs = torch.log_softmax(logits, dim=-1)
+    start = len(sample.prompt_ids)
+    return [logprobs[p - 1, token].item() for p, token in enumerate(sample.input_ids) if p >= start]
+
+
+def padded_samples():
+    # Two samples share a prompt, one has a shorter prompt (left padding) and a longer completion.
+    return [
+        Sample([5, 6, 7], [8, 9], [1, 1], [None] * 2, [1.0] * 2, temperature=0.7),
+        Sample([11], [12, 13, 14], [1, 1, 1], [None] * 3, [1.0] * 3, temperature=0.7),
+        Sample([5, 6, 7], [20], [1], [None], [1.0], temperature=0.7),
+    ]
+
+
+@pytest.mark.parametrize("share_prompts", [False, True])
+def test_token_logprobs_match_unpadded_sequences(share_prompts):
     model = tiny_llama()
-    long = Sample([5, 6, 7], [8, 9, 10], [1, 1, 1], [None] * 3, [1.0] * 3, temperature=0.7)
-    short = Sample([11], [12, 13], [1, 1], [None] * 2, [1.0] * 2, temperature=0.7)
-    batch = collate([long, short])
+    samples = padded_samples()
     with torch.no_grad():
-        logprobs, entropy = token_logprobs(model, batch)
-        full = torch.log_softmax(model(torch.tensor([long.input_ids])).logits[0] / 0.7, dim=-1)
-        alone, _ = token_logprobs(model, collate([short]))
-    # long: targets from position start=1 on; token at position p is predicted by logits at p - 1.
-    expected = [full[p - 1, token].item() for p, token in enumerate(long.input_ids) if p >= 1]
-    assert logprobs[0].tolist() == pytest.approx(expected, abs=1e-5)
-    # short alone vs padded in a batch: same values on its own tokens.
-    assert logprobs[1, :2].tolist() == pytest.approx(alone[0].tolist(), abs=1e-5)
-    probabilities = full.exp()
-    expected_entropy = -(probabilities * full).sum(-1)[:-1]
-    assert entropy[0].tolist() == pytest.approx(expected_entropy.tolist(), abs=1e-4)
+        logprobs, entropy = token_logprobs(model, collate(samples), share_prompts=share_prompts)
+        for row, sample in enumerate(samples):
+            size = len(sample.completion_ids)
+            assert logprobs[row, :size].tolist() == pytest.approx(reference_logprobs(model, sample), abs=1e-5)
+        full = torch.log_softmax(model(torch.tensor([samples[1].input_ids])).logits[0] / 0.7, dim=-1)
+    expected_entropy = -(full.exp() * full).sum(-1)[len(samples[1].prompt_ids) - 1 : -1]
+    assert entropy[1].tolist() == pytest.approx(expected_entropy.tolist(), abs=1e-4)
+
+
+def test_shared_prompt_gradients_equal_full_sequence_gradients():
+    gradients = []
+    for share_prompts in (False, True):
+        model, _ = tiny_lora_model()
+        logprobs, _ = token_logprobs(model, collate(padded_samples()), share_prompts=share_prompts)
+        (logprobs * collate(padded_samples()).loss_mask).sum().backward()
+        gradients.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert gradients[0].keys() == gradients[1].keys() and gradients[0]
+    for name, gradient in gradients[0].items():
+        assert torch.allclose(gradient, gradients[1][name], atol=1e-5), name

@@ -74,23 +74,41 @@ def test_bad_inputs_are_rejected():
         Sample(prompt_ids=[1], completion_ids=[2], loss_mask=[], sampling_logprobs=[None], advantages=[1.0])
 
 
-def test_collate_right_pads_and_aligns_the_target_window():
+def test_collate_stores_each_prompt_once_left_padded_and_completions_right_padded():
     long = Sample([1, 2, 3], [4, 5], [1, 1], [-0.1, -0.2], [1.0, 1.0])
-    short = Sample([6], [7, 8], [1, 0], [-0.3, None], [-1.0, 0.0], temperature=0.5)
-    batch = collate([long, short], pad_token_id=0)
-    assert batch.input_ids.tolist() == [[1, 2, 3, 4, 5], [6, 7, 8, 0, 0]]
-    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
-    assert batch.start == 1  # the shortest prompt
-    assert batch.targets.tolist() == [[2, 3, 4, 5], [7, 8, 0, 0]]
-    assert batch.loss_mask.tolist() == [[0, 0, 1, 1], [1, 0, 0, 0]]
-    assert batch.advantages.tolist() == [[0, 0, 1, 1], [-1, 0, 0, 0]]
-    assert torch.allclose(batch.sampling_logprobs, torch.tensor([[0, 0, -0.1, -0.2], [-0.3, 0, 0, 0]]))
-    assert batch.has_sampling_logprobs.tolist() == [[False, False, True, True], [True, False, False, False]]
-    assert batch.temperatures.tolist() == [1.0, 0.5]
+    short = Sample([6], [7, 8, 9], [1, 0, 1], [-0.3, None, None], [-1.0, 0.0, -1.0], temperature=0.5)
+    again = Sample([1, 2, 3], [10], [1], [-0.4], [2.0])
+    batch = collate([long, short, again], pad_token_id=0)
+    assert batch.prompt_ids.tolist() == [[1, 2, 3], [0, 0, 6]]
+    assert batch.prompt_mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert batch.prompt_index.tolist() == [0, 1, 0]
+    assert (batch.num_prompts, batch.num_sequences) == (2, 3)
+    assert batch.completion_ids.tolist() == [[4, 5, 0], [7, 8, 9], [10, 0, 0]]
+    assert batch.completion_mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
+    assert batch.loss_mask.tolist() == [[1, 1, 0], [1, 0, 1], [1, 0, 0]]
+    assert batch.advantages.tolist() == [[1, 1, 0], [-1, 0, -1], [2, 0, 0]]
+    expected_logprobs = torch.tensor([[-0.1, -0.2, 0], [-0.3, 0, 0], [-0.4, 0, 0]])
+    assert torch.allclose(batch.sampling_logprobs, expected_logprobs)
+    assert batch.has_sampling_logprobs.tolist() == [
+        [True, True, False],
+        [True, False, False],
+        [True, False, False],
+    ]
+    assert batch.temperatures.tolist() == [1.0, 0.5, 1.0]
 
 
-def test_micro_batches_group_similar_lengths():
-    samples = [Sample([1] * n, [2], [1], [None], [1.0]) for n in (5, 1, 4, 2)]
-    chunks = micro_batches(samples, 2)
-    assert [[len(sample) for sample in chunk] for chunk in chunks] == [[2, 3], [5, 6]]
-    assert torch.equal(collate(chunks[0]).attention_mask, torch.tensor([[1, 1, 0], [1, 1, 1]]))
+def test_micro_batches_pack_whole_prompt_groups():
+    def group(prompt, lengths):
+        return [Sample(prompt, [1] * n, [1] * n, [None] * n, [1.0] * n) for n in lengths]
+
+    small, medium, large = group([1], [1, 2]), group([5, 5], [3, 1, 2]), group([7, 7, 7], [1, 1, 1, 1, 1])
+    chunks = micro_batches(large + medium + small, 4)
+    # [1]'s two samples; [5, 5]'s three do not fit beside them; [7, 7, 7]'s five are split 4 + 1.
+    assert [[sample.prompt_ids for sample in chunk] for chunk in chunks] == [
+        [[1]] * 2,
+        [[5, 5]] * 3,
+        [[7, 7, 7]] * 4,
+        [[7, 7, 7]],
+    ]
+    assert [len(sample.completion_ids) for sample in chunks[1]] == [1, 2, 3]
+    assert [collate(chunk).num_prompts for chunk in chunks] == [1, 1, 1, 1]
