@@ -112,7 +112,7 @@ def test_bundled_model_learns_from_advantages(bundled_model_path):
     before = lora_weights(model)
     optimizer = build_optimizer(model, config)
     scheduler = build_scheduler(optimizer, config)
-    for _ in range(3):
+    for _ in range(2):
         stats = train_on_samples(model, optimizer, scheduler, samples, config, tokenizer.pad_token_id)
         assert stats["optimizer_steps"] == 1 and math.isfinite(stats["loss"])
     end = sequence_logprobs()
