@@ -35,6 +35,15 @@ def test_episode_json_round_trip_is_lossless():
     assert again.trainable_calls() == [episode.calls[0], episode.children[0].calls[0]]
 
 
+def test_ids_do_not_repeat_when_the_user_seeds_random():
+    import random
+
+    random.seed(0)
+    first = ls.Episode().id
+    random.seed(0)  # training scripts seed `random`; stored episodes must still get new ids
+    assert ls.Episode().id != first and len(first) == 32
+
+
 def test_store_round_trip_and_filters(tmp_path):
     path = tmp_path / "episodes.db"
     first = make_episode("solver", "run-a", 100.0)

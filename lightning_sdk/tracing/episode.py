@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -16,9 +17,16 @@ from typing import Any
 __all__ = ["Episode", "LLMCall", "new_id"]
 
 
+# Ids come from our own generator, seeded from the OS: no system call on every LLM call's path (as
+# uuid4 makes), and a user's `random.seed(...)` cannot make ids repeat across runs. Reseeded in
+# forked children, so that worker processes do not produce the same ids.
+_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
 def new_id() -> str:
     """A random, URL-safe identifier for episodes and calls (32 hex digits, like `uuid4().hex`)."""
-    return os.urandom(16).hex()  # a few times faster than uuid4(), which builds a UUID object first
+    return f"{_ids.getrandbits(128):032x}"
 
 
 @dataclass

@@ -76,20 +76,26 @@ def tap_async_stream(stream: Any, recording: Recording) -> None:
 
 
 class _StreamTap:
-    """What the sync and async stream wrappers share: collect chunks, record once at the end."""
+    """What the sync and async stream wrappers share: keep the chunks the user consumed, and turn
+    them into records once, at the end. Keeping references per chunk and assembling them in one go
+    costs less on the user's path than parsing each chunk as it passes."""
 
     def __init__(self, recording: Recording) -> None:
         self.recording = recording
-        self.assembler = StreamAssembler(recording.template, recording.prompts)
+        self.chunks: list[Any] = []
+        self.seen = self.chunks.append
         self.exhausted = False
         self.error: BaseException | None = None
-
-    def seen(self, chunk: Any) -> None:
-        self.recording.guarded(self.assembler.add, chunk)
 
     def finish(self) -> None:
         if self.recording.recorded:  # consumed to the end, then closed: recorded once, at the end
             return
+        self.recording.guarded(self._record)
+
+    def _record(self) -> None:
+        assembler = StreamAssembler(self.recording.template, self.recording.prompts)
+        for chunk in self.chunks:
+            assembler.add(chunk)
         error = f"{type(self.error).__name__}: {self.error}" if self.error is not None else None
         closed_early = not self.exhausted and self.error is None
-        self.recording.guarded(lambda: self.recording.record(self.assembler.calls(error, closed_early)))
+        self.recording.record(assembler.calls(error, closed_early))
