@@ -264,6 +264,18 @@ async def test_async_chat_stream_and_raw(openai_server, async_openai_client, ins
     assert [call.completion_token_ids for call in episode.calls] == [fake_tokenize(t) for t in episode.output]
 
 
+async def test_async_streaming_response_is_recorded(async_openai_client, instrumented):
+    async def streaming_response():
+        async with async_openai_client.chat.completions.with_streaming_response.create(
+                model="test-model", messages=USER, stream=True) as response:
+            stream = await response.parse()
+            return "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+
+    episode = await in_async_episode(streaming_response)
+    assert [call.text for call in episode.calls] == [episode.output] == [USER[0]["content"]]
+    assert episode.calls[0].completion_token_ids == fake_tokenize(USER[0]["content"])
+
+
 async def test_async_stream_closed_early(openai_server, async_openai_client, instrumented):
     openai_server.queue(Reply("abcdefghijkl"))
 
