@@ -74,7 +74,10 @@ def _traced(fn: Callable[P, R], name: str | None) -> Callable[P, R]:
         wrapper = _generator_wrapper(fn, start)
     else:
         wrapper = _function_wrapper(fn, start)
-    return functools.wraps(fn)(wrapper)
+    wrapped = functools.wraps(fn)(wrapper)
+    # Lets the trainer tell a traced agent from a plain function (which it then traces itself).
+    wrapped.__lightning_sdk_agent__ = agent_name
+    return wrapped
 
 
 def _task_reader(fn: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:

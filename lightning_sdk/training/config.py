@@ -139,6 +139,8 @@ class TrainerConfig:
     eval_every: int = 10
     """Evaluate on `val_dataset` every this many steps (and at the start and the end); 0 only at the
     start and the end."""
+    success_threshold: float = 1.0
+    """An evaluated episode counts as a success when its reward is at least this (full marks by default)."""
     eval_greedy: bool = True
     """Evaluate with greedy decoding (temperature 0), so validation reward is not sampling noise."""
     run_dir: str | None = None

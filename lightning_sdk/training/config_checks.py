@@ -64,10 +64,10 @@ def _check_group_size(config: Any) -> str | None:
 
 
 def _check_sampling(config: Any) -> str | None:
-    if not 0 < config.temperature <= 10:
+    if not 0 < config.temperature <= 2:
         return (
             f"temperature={config.temperature} cannot train: rollouts must sample (temperature 0 is "
-            "greedy, every episode of a group would be the same). Set temperature in (0, 10], usually 1.0."
+            "greedy, every episode of a group would be the same). Set temperature in (0, 2], usually 1.0."
         )
     if not 0 < config.top_p <= 1:
         return f"top_p={config.top_p} must be in (0, 1]; set top_p=1.0 to sample the full distribution."

@@ -21,7 +21,7 @@ from typing import Any
 from lightning_sdk.tracing.context import collect_into
 from lightning_sdk.tracing.episode import Episode
 
-__all__ = ["Rollout", "run_rollouts", "agent_accepts_llm", "call_agent"]
+__all__ = ["Rollout", "agent_accepts_llm", "call_agent", "run_rollouts"]
 
 
 @dataclass
@@ -130,7 +130,7 @@ async def _run_one(
             output = await asyncio.wait_for(call_agent(agent, task, kwargs, executor), timeout_s)
         except TimeoutError as exc:
             timed_out, error = True, exc
-        except Exception as exc:  # recorded on the episode by @trace_agent; kept here for untraced agents
+        except Exception as exc:  # noqa: BLE001 - recorded on the episode by @trace_agent; kept for untraced agents
             error = exc
     episode = sink[0] if sink else _episode_without_record(agent, task, started, error)
     if timed_out:
@@ -159,7 +159,7 @@ def score_with_reward_fn(episode: Episode, reward_fn: Callable[[Any, Any], float
         value = reward_fn(task, output)
         if not isinstance(value, int | float) or not math.isfinite(value):
             raise ValueError(f"reward must be a finite number, got {value!r}")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a bad reward function scores nothing; training goes on
         episode.reward_errors.append({**_error_dict(exc), "reward": "reward_fn"})
         return
     episode.rewards["reward"] = float(value)

@@ -1,0 +1,107 @@
+"""The `lightning-sdk` command: `quickstart`, `train`, `report` and `serve`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `lightning-sdk` command."""
+    from lightning_sdk.serving.cli import add_serve_arguments, run_serve
+
+    parser = argparse.ArgumentParser(prog="lightning-sdk", description="Train existing AI agents with RL.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    quickstart = commands.add_parser("quickstart", help="Train a small addition agent on the bundled model.")
+    quickstart.add_argument("--steps", type=int, default=30, help="Training steps (default: 30).")
+    quickstart.add_argument("--run-dir", default=None, help="Run folder (default: runs/<date-time>).")
+    quickstart.set_defaults(handler=_run_quickstart)
+
+    train = commands.add_parser("train", help="Train an agent: lightning-sdk train module:agent --data tasks.jsonl")
+    train.add_argument("agent", help="The agent function as module:function (module importable from here).")
+    train.add_argument("--data", required=True, help="Training tasks: a .jsonl file, one task per line.")
+    train.add_argument("--val-data", default=None, help="Validation tasks (.jsonl).")
+    train.add_argument("--reward", default=None, help="Optional reward function module:function(task, output).")
+    train.add_argument("--model", default=None, help="Model folder or Hub id (default: bundled SmolLM2-135M).")
+    train.add_argument("--config", default=None, help="TrainerConfig fields as a JSON file.")
+    train.add_argument("--steps", type=int, default=None, help="Override max_steps.")
+    train.add_argument("--run-dir", default=None, help="Run folder.")
+    train.add_argument("--resume", action="store_true", help="Continue the run in --run-dir.")
+    train.set_defaults(handler=_run_train)
+
+    report = commands.add_parser("report", help="Write RUN_DIR/report.html with curves and sample episodes.")
+    report.add_argument("run_dir", help="A run folder written by a training run.")
+    report.set_defaults(handler=_run_report)
+
+    serve = commands.add_parser("serve", help="Serve a model (and adapter) with an OpenAI-compatible API.")
+    add_serve_arguments(serve)
+    serve.set_defaults(handler=run_serve)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        return int(args.handler(args) or 0)
+    except (FileNotFoundError, ValueError, TypeError, ImportError) as error:
+        print(f"lightning-sdk {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _run_quickstart(args: argparse.Namespace) -> int:
+    from lightning_sdk.quickstart import run_quickstart
+
+    summary = run_quickstart(steps=args.steps, run_dir=args.run_dir)
+    print(f"\nheld-out accuracy: base {summary['base_accuracy']:.3f} -> trained {summary['trained_accuracy']:.3f}")
+    print(f"adapter: {summary['adapter']}\nreport:  {summary.get('report')}")
+    return 0
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.trainer import Trainer
+
+    fields: dict[str, Any] = json.loads(Path(args.config).read_text()) if args.config else {}
+    if args.steps is not None:
+        fields["max_steps"] = args.steps
+    if args.run_dir is not None:
+        fields["run_dir"] = args.run_dir
+    trainer = Trainer(model=args.model, config=TrainerConfig(**fields))
+    reward = _load_object(args.reward) if args.reward else None
+    val = _read_jsonl(args.val_data) if args.val_data else None
+    result = trainer.fit(_load_object(args.agent), _read_jsonl(args.data), val, reward=reward, resume=args.resume)
+    print(f"run: {result.run_dir}\nadapter: {result.adapter_path}")
+    if result.initial_eval and result.final_eval:
+        print(f"validation reward: {result.initial_eval['reward']:.3f} -> {result.final_eval['reward']:.3f}")
+    return 0
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from lightning_sdk.training.report import write_report
+
+    print(write_report(args.run_dir))
+    return 0
+
+
+def _load_object(spec: str) -> Any:
+    module_name, _, attribute = spec.partition(":")
+    if not attribute:
+        raise ValueError(f"{spec!r} must look like module:function (e.g. my_agent:solve).")
+    sys.path.insert(0, str(Path.cwd()))
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def _read_jsonl(path: str) -> list[Any]:
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

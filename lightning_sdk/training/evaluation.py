@@ -1,0 +1,45 @@
+"""Evaluation: run the agent once per validation task and summarise the rewards."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from lightning_sdk.training.rollout import Rollout, run_rollouts
+
+__all__ = ["evaluate_agent", "summarize_rollouts"]
+
+
+def summarize_rollouts(rollouts: list[Rollout], success_threshold: float) -> dict[str, float]:
+    """Mean reward (failed or unscored episodes count as 0), success rate and failure count."""
+    rewards = []
+    failed = 0
+    for rollout in rollouts:
+        value = rollout.episode.reward
+        if rollout.failed or value is None or not math.isfinite(value):
+            failed += rollout.failed
+            value = 0.0
+        rewards.append(value)
+    count = len(rewards)
+    return {
+        "reward": math.fsum(rewards) / count if count else math.nan,
+        "success_rate": sum(value >= success_threshold for value in rewards) / count if count else math.nan,
+        "episodes": float(count),
+        "episodes_failed": float(failed),
+    }
+
+
+def evaluate_agent(
+    session: Any,
+    agent: Callable[..., Any],
+    tasks: list[Any],
+    reward: Callable[[Any, Any], float] | None,
+) -> dict[str, float]:
+    """Run `agent` once on each task against the session's endpoint (the caller sets greedy sampling)."""
+    config = session.config
+    rollouts = session.run_async(
+        run_rollouts(agent, session.my_share(tasks), 1, llm=session.endpoint,
+                     max_concurrency=config.max_concurrency, timeout_s=config.episode_timeout_s, reward_fn=reward)
+    )  # fmt: skip
+    return session.distributed.mean_metrics(summarize_rollouts(rollouts, config.success_threshold))

@@ -1,0 +1,42 @@
+"""`Trainer.export_merged`: a standalone model folder with a trained adapter merged in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["export_merged_model_folder"]
+
+
+def export_merged_model_folder(model: Any, config: Any, path: str | Path, adapter: str | Path | None) -> Path:
+    """Load the base model, apply `adapter` (default: the run's final adapter or newest checkpoint), merge,
+    and write a folder that transformers and vLLM load without peft."""
+    from transformers import AutoTokenizer
+
+    from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.training.checkpoint import latest_adapter
+    from lightning_sdk.training.lora import (
+        build_lora_model,
+        export_merged_model,
+        load_adapter_weights,
+        load_base_model,
+    )
+
+    adapter_path = Path(adapter) if adapter is not None else _default_adapter(config, latest_adapter)
+    resolved = resolve_model(model)
+    peft_model = build_lora_model(load_base_model(resolved.path, "float32"), config)
+    load_adapter_weights(peft_model, adapter_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(resolved.path))
+    return export_merged_model(peft_model, path, tokenizer=tokenizer)
+
+
+def _default_adapter(config: Any, latest_adapter: Any) -> Path:
+    if config.run_dir is None:
+        raise ValueError("export_merged needs adapter=PATH, or TrainerConfig(run_dir=...) naming a trained run.")
+    final = Path(config.run_dir) / "adapter"
+    if (final / "adapter_model.safetensors").exists():
+        return final
+    newest = latest_adapter(config.run_dir)
+    if newest is None:
+        raise FileNotFoundError(f"{config.run_dir} has no adapter yet; train first or pass adapter=PATH.")
+    return newest

@@ -1,0 +1,143 @@
+"""`lightning-sdk report RUN_DIR`: an HTML page with the reward and validation curves and sample episodes."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.tracing.store import EpisodeStore
+from lightning_sdk.training.metrics import read_metrics
+from lightning_sdk.training.run_dir import read_run_info
+
+__all__ = ["plot_curves", "write_report"]
+
+REPORT_FILE = "report.html"
+
+
+def plot_curves(history: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """Draw the training reward and validation curves as PNGs in `folder`; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never open a window
+    import matplotlib.pyplot as plt
+
+    written = []
+    for name, keys, title in (
+        ("reward.png", ("reward_mean",), "Training reward (mean over the step's episodes)"),
+        ("validation.png", ("val_reward", "val_success_rate"), "Validation"),
+    ):
+        series = {key: _series(history, key) for key in keys}
+        if not any(points for points in series.values()):
+            continue
+        figure, axes = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+        for key, points in series.items():
+            if points:
+                axes.plot(*zip(*points, strict=True), marker="o", markersize=3, label=key)
+        axes.set_xlabel("step")
+        axes.set_title(title)
+        axes.grid(alpha=0.3)
+        axes.legend()
+        figure.tight_layout()
+        path = folder / name
+        figure.savefig(path)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def _series(history: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    return [
+        (int(record["step"]), float(record[key]))
+        for record in history
+        if isinstance(record.get(key), int | float) and math.isfinite(record[key])
+    ]
+
+
+def write_report(run_dir: str | Path, episodes_shown: int = 6) -> Path:
+    """Write `run_dir/report.html` (with its PNGs beside it) and return its path."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (pass the run_dir a training run wrote).")
+    history = read_metrics(run_dir)
+    if not history:
+        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl records yet; train for at least one step.")
+    images = plot_curves(history, run_dir)
+    episodes = _sample_episodes(run_dir, episodes_shown)
+    info = read_run_info(run_dir)
+    parts = [
+        f"<h1>Training run {html.escape(run_dir.name)}</h1>",
+        _summary_table(history),
+        *(f'<img src="{image.name}" alt="{image.stem}">' for image in images),
+        "<h2>Sample episodes (last step)</h2>",
+        *(_episode_html(episode) for episode in episodes),
+        "<h2>Configuration</h2>",
+        f"<pre>{html.escape(json.dumps(info.get('config', {}), indent=2))}</pre>",
+    ]
+    path = run_dir / REPORT_FILE
+    path.write_text(_PAGE.format(title=html.escape(run_dir.name), body="\n".join(parts)), encoding="utf-8")
+    return path
+
+
+def _summary_table(history: list[dict[str, Any]]) -> str:
+    steps = [record for record in history if "reward_mean" in record]
+    evals = [record for record in history if "val_reward" in record]
+    rows = [("steps trained", str(max((int(r["step"]) for r in steps), default=0)))]
+    if evals:
+        rows.append(("validation reward, first → last", f"{evals[0]['val_reward']:.3f} → {evals[-1]['val_reward']:.3f}"))
+    if steps:
+        rows.append(("training reward, first → last step", f"{steps[0]['reward_mean']:.3f} → {steps[-1]['reward_mean']:.3f}"))
+        seconds = [r["time_step_s"] for r in steps if "time_step_s" in r]
+        if seconds:
+            rows.append(("seconds per step (median)", f"{sorted(seconds)[len(seconds) // 2]:.1f}"))
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _sample_episodes(run_dir: Path, count: int) -> list[Episode]:
+    path = run_dir / "episodes.sqlite"
+    if not path.exists():
+        return []
+    with EpisodeStore(path) as store:
+        episodes = store.episodes()
+    if not episodes:
+        return []
+    last_step = max(episode.metadata.get("step", 0) for episode in episodes)
+    last = [episode for episode in episodes if episode.metadata.get("step", 0) == last_step]
+    last.sort(key=lambda episode: episode.reward if episode.reward is not None else -math.inf, reverse=True)
+    # The best and the worst of the last step: what the agent learned, and what it still gets wrong.
+    return last[: count // 2] + last[-(count - count // 2) :] if len(last) > count else last
+
+
+def _episode_html(episode: Episode) -> str:
+    reward = "none" if episode.reward is None else f"{episode.reward:.3f}"
+    calls = []
+    for call in episode.all_calls():
+        prompt = call.messages[-1].get("content") if call.messages else call.prompt
+        calls.append(
+            f"<li><b>{html.escape(str(call.agent_name))}</b>: <pre>{html.escape(str(prompt))}</pre>"
+            f"→ <pre>{html.escape(str(call.text))}</pre></li>"
+        )
+    error = f"<p>error: {html.escape(episode.error['message'])}</p>" if episode.error else ""
+    return (
+        f"<details><summary>reward {reward} — task {html.escape(_short(episode.task))}</summary>"
+        f"{error}<ol>{''.join(calls)}</ol><p>output: <code>{html.escape(_short(episode.output))}</code></p></details>"
+    )
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>lightning-sdk run {title}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}}
+table{{border-collapse:collapse}}th,td{{text-align:left;padding:.2rem .8rem;border-bottom:1px solid #ddd}}
+img{{max-width:100%;display:block;margin:1rem 0}}pre{{white-space:pre-wrap;background:#f6f6f6;padding:.4rem}}
+details{{margin:.5rem 0}}</style></head>
+<body>{body}</body></html>
+"""

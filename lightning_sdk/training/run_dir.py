@@ -1,0 +1,40 @@
+"""The run folder: where checkpoints, metrics, episodes, the final adapter and reports go."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["make_run_dir", "write_run_info"]
+
+RUN_INFO_FILE = "run.json"
+
+
+def make_run_dir(run_dir: str | Path | None) -> Path:
+    """The configured folder, or a new `runs/<date>-<time>` under the working directory."""
+    if run_dir is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = Path("runs") / stamp
+        suffix = 1
+        while path.exists():  # two runs started in the same second
+            path, suffix = Path("runs") / f"{stamp}-{suffix}", suffix + 1
+    else:
+        path = Path(run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def write_run_info(run_dir: Path, config: Any, start_step: int, facts: dict[str, Any]) -> None:
+    """Write `run.json`: the configuration and what the run runs on (appended to on each resume)."""
+    path = run_dir / RUN_INFO_FILE
+    info = json.loads(path.read_text()) if path.exists() else {"config": config.to_dict(), "starts": []}
+    info["starts"].append({"at": time.time(), "step": start_step, **facts})
+    path.write_text(json.dumps(info, indent=2, default=str))
+
+
+def read_run_info(run_dir: str | Path) -> dict[str, Any]:
+    """The contents of `run.json`, or an empty dict when the folder has none."""
+    path = Path(run_dir) / RUN_INFO_FILE
+    return json.loads(path.read_text()) if path.exists() else {}

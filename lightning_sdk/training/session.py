@@ -1,0 +1,282 @@
+"""`TrainingSession`: everything one training run holds (engine, endpoint, policy model, optimizer,
+metrics) and the phase switches between rollout, training and weight sync.
+
+The loop in `trainer.py` reads like the paragraph in ARCHITECTURE.md because the stateful parts live here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.tracing.decorators import trace_agent
+from lightning_sdk.tracing.store import EpisodeStore
+from lightning_sdk.training.config import TrainerConfig
+from lightning_sdk.training.data import TaskCursor
+from lightning_sdk.training.distributed import Distributed
+from lightning_sdk.training.rollout import Rollout
+
+__all__ = ["TrainingSession"]
+
+log = logging.getLogger("lightning_sdk.training")
+T = TypeVar("T")
+
+
+@dataclass
+class TrainingSession:
+    """The live parts of a run. Build with `TrainingSession.start(...)`; `close()` releases them."""
+
+    config: TrainerConfig
+    run_dir: Path
+    server: Any
+    policy_model: Any
+    optimizer: Any
+    scheduler: Any
+    tokenizer: Any
+    metrics: Any
+    episodes: EpisodeStore | None
+    sampling: SamplingPolicy
+    distributed: Distributed
+    engine_threads: Any = None
+
+    @classmethod
+    def start(
+        cls, model: Any, config: TrainerConfig, run_dir: Path, engine_kind: str, engine_options: dict[str, Any]
+    ) -> TrainingSession:
+        """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
+        from lightning_sdk.engine.factory import create_engine
+        from lightning_sdk.engine.models import resolve_model
+        from lightning_sdk.serving.server import start_server
+        from lightning_sdk.training.lora import build_lora_model, load_base_model
+        from lightning_sdk.training.metrics import MetricsWriter
+        from lightning_sdk.training.optim import build_optimizer, build_scheduler
+
+        distributed = Distributed.from_environment()
+        resolved = resolve_model(model)
+        log.info("starting the %s engine on %s", engine_kind, resolved.name)
+        options = {"seed": config.seed + distributed.rank, **engine_options}
+        if config.weight_sync != "auto":
+            options.setdefault("weight_sync", "merge" if config.weight_sync == "merged" else "lora")
+        engine = create_engine(resolved, engine=engine_kind, **options)
+        try:
+            sampling = SamplingPolicy(accept_any_model=True)
+            server = start_server(engine, owns_engine=True, sampling_policy=sampling)
+        except BaseException:
+            engine.shutdown()
+            raise
+        engine.sleep()  # torch gets its threads back while we build the policy
+        policy = build_lora_model(load_base_model(resolved.path, config.dtype), config)
+        policy = distributed.wrap(policy)
+        optimizer = build_optimizer(policy, config)
+        scheduler = build_scheduler(optimizer, config)
+        metrics = None
+        episodes = None
+        if distributed.is_main:
+            metrics = MetricsWriter(run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project)
+            episodes = EpisodeStore(run_dir / "episodes.sqlite")
+        return cls(config, run_dir, server, policy, optimizer, scheduler, engine.tokenizer, metrics, episodes,
+                   sampling, distributed)  # fmt: skip
+
+    # --- identity -------------------------------------------------------------------------------------
+    @property
+    def engine(self) -> Any:
+        return self.server.engine
+
+    @property
+    def endpoint(self) -> Any:
+        """The `LLMEndpoint` agents call during rollouts."""
+        return self.server.endpoint
+
+    @property
+    def world_size(self) -> int:
+        return self.distributed.world_size
+
+    @property
+    def adapter_dir(self) -> Path:
+        """Where the newest adapter is written after every step (and the final adapter at the end)."""
+        return self.run_dir / "adapter"
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the run for `run.json`."""
+        engine = self.engine
+        return {
+            "model": engine.model.name,
+            "model_path": str(engine.model.path),
+            "engine": type(engine).__name__,
+            "weight_sync": getattr(engine, "weight_sync", None),
+            "world_size": self.world_size,
+            "endpoint": self.endpoint.base_url,
+        }
+
+    def traced(self, agent: Callable[..., Any]) -> Callable[..., Any]:
+        """The agent itself when it is a `@trace_agent` function, else the agent wrapped in one."""
+        if getattr(agent, "__lightning_sdk_agent__", None) is not None:
+            return agent
+        log.info("the agent is not decorated with @trace_agent; tracing it for training")
+        return trace_agent(agent)
+
+    def my_share(self, tasks: list[Any]) -> list[Any]:
+        """This process's tasks of the step's batch (all of them without torchrun)."""
+        return self.distributed.shard(tasks)
+
+    # --- phases ---------------------------------------------------------------------------------------
+    @contextmanager
+    def rollout_phase(self) -> Iterator[None]:
+        """Engine awake, sampling at the training temperature, default openai clients pointed at it."""
+        config = self.config
+        self.sampling.set(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens)
+        with self._awake(), _environment(self.endpoint.env):
+            yield
+
+    @contextmanager
+    def eval_phase(self) -> Iterator[None]:
+        """Engine awake, greedy decoding when `eval_greedy` (else the training temperature)."""
+        config = self.config
+        temperature = 0.0 if config.eval_greedy else config.temperature
+        self.sampling.set(temperature=temperature, top_p=1.0 if config.eval_greedy else config.top_p,
+                          max_tokens=config.max_tokens)  # fmt: skip
+        with self._awake(), _environment(self.endpoint.env):
+            yield
+
+    @contextmanager
+    def _awake(self) -> Iterator[None]:
+        self.engine.wake()
+        try:
+            yield
+        finally:
+            self.engine.sleep()
+
+    def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine to completion, also when the caller already runs an event loop (notebooks)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine)
+        result: dict[str, Any] = {}
+
+        def runner() -> None:
+            try:
+                result["value"] = asyncio.run(coroutine)
+            except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread below
+                result["error"] = error
+
+        thread = threading.Thread(target=runner, name="lightning-sdk-rollout")
+        thread.start()
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+
+    # --- training -------------------------------------------------------------------------------------
+    def train(self, groups: list[list[Any]]) -> dict[str, Any]:
+        """Credit, advantages and samples from the step's episodes, then one GRPO update of the adapter."""
+        from lightning_sdk.training.prepare import prepare_samples
+        from lightning_sdk.training.step import train_on_samples
+
+        started = time.perf_counter()
+        prepared = prepare_samples(groups, self.config, endpoint_base_url=self.endpoint.base_url)
+        samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        stats = train_on_samples(self.policy_model, self.optimizer, self.scheduler, samples, self.config, pad)
+        return {**prepared.metrics, **stats, "time_train_s": time.perf_counter() - started}
+
+    def push_weights(self, step: int) -> dict[str, float]:
+        """Save the adapter and load it into the engine (merged or hot-loaded, per the engine's mode)."""
+        from lightning_sdk.training.lora import save_adapter
+
+        started = time.perf_counter()
+        folder = self.adapter_dir if self.distributed.is_main else self.run_dir / f"adapter-rank{self.distributed.rank}"
+        save_adapter(self.distributed.unwrap(self.policy_model), folder)
+        self.engine.load_adapter(folder, version=step)
+        return {"time_weight_sync_s": time.perf_counter() - started}
+
+    def save_final_adapter(self) -> Path:
+        """The final adapter in `run_dir/adapter` (rank 0)."""
+        from lightning_sdk.training.lora import save_adapter
+
+        if self.distributed.is_main:
+            save_adapter(self.distributed.unwrap(self.policy_model), self.adapter_dir)
+        return self.adapter_dir
+
+    # --- checkpoints and logs -------------------------------------------------------------------------
+    def save_checkpoint(self, step: int, cursor: TaskCursor) -> None:
+        from lightning_sdk.training.checkpoint import save_checkpoint
+
+        if self.distributed.is_main:
+            save_checkpoint(self.run_dir, step, self.distributed.unwrap(self.policy_model), self.optimizer,
+                            self.scheduler, {"data": cursor.state()}, keep=self.config.keep_checkpoints)  # fmt: skip
+        self.distributed.barrier()
+
+    def restore(self, cursor: TaskCursor) -> int:
+        """Load the newest checkpoint of the run (if any) and return its step; 0 when there is none."""
+        from lightning_sdk.training.checkpoint import find_latest_checkpoint, load_checkpoint
+
+        checkpoint = find_latest_checkpoint(self.run_dir)
+        if checkpoint is None:
+            log.warning("resume=True but %s has no checkpoint yet; starting from step 0", self.run_dir)
+            return 0
+        state = load_checkpoint(checkpoint, self.distributed.unwrap(self.policy_model), self.optimizer,
+                                self.scheduler)  # fmt: skip
+        cursor.restore(state["data"])
+        step = int(state["step"])
+        if self.metrics is not None:  # drop records written after the checkpoint by the killed run
+            from lightning_sdk.training.metrics import MetricsWriter
+
+            self.metrics.close()
+            self.metrics = MetricsWriter(self.run_dir, self.config.report_to, self.config.to_dict(),
+                                         resume_step=step, wandb_project=self.config.wandb_project)  # fmt: skip
+        self.push_weights(step)
+        log.info("resumed from %s (step %d)", checkpoint, step)
+        return step
+
+    def log(self, step: int, record: dict[str, Any]) -> dict[str, Any]:
+        """Write a metrics record (rank 0) and return it."""
+        return self.metrics.log(step, record) if self.metrics is not None else dict(record)
+
+    def keep_episodes(self, step: int, rollouts: list[Rollout]) -> None:
+        """Store the step's episodes in `run_dir/episodes.sqlite` for reports and later analysis."""
+        if self.episodes is None:
+            return
+        for rollout in rollouts:
+            rollout.episode.run_id = self.run_dir.name
+            rollout.episode.metadata.update(step=step, task_index=rollout.task_index, sample=rollout.sample_index)
+        self.episodes.add_many(rollout.episode for rollout in rollouts)
+
+    def progress(self, start_step: int) -> Any:
+        from lightning_sdk.training.metrics import ProgressBar
+
+        enabled = self.config.progress_bar and self.distributed.is_main
+        return ProgressBar(total=self.config.max_steps, initial=start_step, enabled=enabled)
+
+    def close(self) -> None:
+        """Stop the server and engine, close the metrics and episode files."""
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.episodes is not None:
+            self.episodes.close()
+        self.server.stop()
+        self.distributed.close()
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block and restore the previous values afterwards."""
+    previous = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,211 @@
+"""`Trainer.fit`: rollouts on the co-located engine alternate with LoRA GRPO steps on the same machine.
+
+One step, as in ARCHITECTURE.md: the agent runs every task of the batch `group_size` times against the
+embedded endpoint; the engine sleeps; the episodes become samples (credit assignment, group-relative
+advantages, masks); the adapter takes a step; the new weights reach the engine before the next rollout.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightning_sdk.training.config import TrainerConfig
+from lightning_sdk.training.data import TaskCursor, materialize_tasks
+from lightning_sdk.training.evaluation import evaluate_agent
+from lightning_sdk.training.rollout import Rollout, run_rollouts
+from lightning_sdk.training.run_dir import make_run_dir, write_run_info
+from lightning_sdk.training.session import TrainingSession
+
+__all__ = ["FitResult", "Trainer"]
+
+log = logging.getLogger("lightning_sdk.training")
+
+
+@dataclass
+class FitResult:
+    """What `Trainer.fit` returns."""
+
+    run_dir: Path
+    """Folder with checkpoints, `metrics.jsonl`, the final adapter and reports."""
+    adapter_path: Path
+    """The final LoRA adapter (peft folder, safetensors)."""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """One metrics record per step (and per evaluation), as written to `metrics.jsonl`."""
+    initial_eval: dict[str, float] | None = None
+    """Validation metrics of the base model (before the first step), when a validation set was given."""
+    final_eval: dict[str, float] | None = None
+    """Validation metrics after the last step, when a validation set was given."""
+
+
+class Trainer:
+    """Trains an agent's model with GRPO on its own tasks, on one machine.
+
+    Example::
+
+        trainer = ls.Trainer(config=ls.TrainerConfig(group_size=8, batch_size=4, max_steps=50))
+        result = trainer.fit(agent, train_tasks, val_dataset=test_tasks)
+        print(result.final_eval, result.adapter_path)
+
+    Args:
+        model: `None` for the bundled SmolLM2-135M-Instruct, a local Hugging Face folder or a Hub id.
+        config: the training configuration (defaults suit the bundled model on a CPU).
+        engine: `"auto"` (vLLM when installed, else transformers), `"vllm"` or `"transformers"`.
+        engine_options: extra keyword arguments for the engine (e.g. `max_model_len`).
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        config: TrainerConfig | None = None,
+        *,
+        engine: str = "auto",
+        engine_options: dict[str, Any] | None = None,
+    ) -> None:
+        if config is not None and not isinstance(config, TrainerConfig):
+            raise TypeError(f"config must be a TrainerConfig, got {type(config).__name__}.")
+        self.model = model
+        self.config = config or TrainerConfig()
+        self.engine_kind = engine
+        self.engine_options = dict(engine_options or {})
+        self.session: TrainingSession | None = None
+
+    def fit(
+        self,
+        agent: Callable[..., Any],
+        train_dataset: Any,
+        val_dataset: Any = None,
+        reward: Callable[[Any, Any], float] | None = None,
+        resume: bool = False,
+    ) -> FitResult:
+        """Train `agent` on `train_dataset`; see the class docstring.
+
+        Args:
+            agent: the user's agent, called as `agent(task)` (plus `llm=LLMEndpoint` when its signature
+                declares `llm`). Usually decorated with `@trace_agent`; an undecorated one is traced here.
+            train_dataset: a sequence or iterable of tasks, or a `datasets.Dataset`.
+            val_dataset: tasks evaluated at the start, every `eval_every` steps and at the end.
+            reward: `fn(task, output) -> float` for episodes that recorded no reward themselves.
+            resume: continue from the newest checkpoint in `config.run_dir` (same step numbering).
+        """
+        if not callable(agent):
+            raise TypeError(f"agent must be callable (your @trace_agent function), got {type(agent).__name__}.")
+        if reward is not None and not callable(reward):
+            raise TypeError("reward must be a function fn(task, output) -> float, or None.")
+        config = self.config
+        tasks = materialize_tasks(train_dataset, "train_dataset")
+        val_tasks = materialize_tasks(val_dataset, "val_dataset") if val_dataset is not None else None
+        if resume and config.run_dir is None:
+            raise ValueError("resume=True needs TrainerConfig(run_dir=...) naming the run to continue.")
+        run_dir = make_run_dir(config.run_dir)
+        _seed_everything(config.seed)
+        session = TrainingSession.start(self.model, config, run_dir, self.engine_kind, self.engine_options)
+        self.session = session
+        try:
+            return _Loop(session, agent, tasks, val_tasks, reward, resume).run()
+        finally:
+            session.close()
+            self.session = None
+
+    def export_merged(self, path: str | Path, adapter: str | Path | None = None) -> Path:
+        """Write a standalone model folder (base weights with the adapter merged) loadable without peft.
+
+        Args:
+            path: the folder to write.
+            adapter: the adapter to merge; default: the final adapter of the last `fit` (or the newest
+                checkpoint of `config.run_dir`).
+        """
+        from lightning_sdk.training.export import export_merged_model_folder
+
+        return export_merged_model_folder(self.model, self.config, path, adapter)
+
+
+class _Loop:
+    """The body of `fit`: a small object so that each phase is a short method."""
+
+    def __init__(
+        self,
+        session: TrainingSession,
+        agent: Callable[..., Any],
+        tasks: list[Any],
+        val_tasks: list[Any] | None,
+        reward: Callable[[Any, Any], float] | None,
+        resume: bool,
+    ) -> None:
+        self.session, self.agent, self.val_tasks, self.reward = session, session.traced(agent), val_tasks, reward
+        config = session.config
+        self.config = config
+        self.cursor = TaskCursor(tasks, config.batch_size * session.world_size, config.shuffle, config.seed)
+        self.start_step = session.restore(self.cursor) if resume else 0
+        self.result = FitResult(run_dir=session.run_dir, adapter_path=session.adapter_dir)
+
+    def run(self) -> FitResult:
+        session, config = self.session, self.config
+        write_run_info(session.run_dir, config, self.start_step, session.describe())
+        if self.start_step == 0:
+            self.result.initial_eval = self.evaluate(step=0)
+        progress = session.progress(self.start_step)
+        for step in range(self.start_step + 1, config.max_steps + 1):
+            record = self.train_step(step)
+            progress.update(step, record)
+            if config.save_every and step % config.save_every == 0 and step < config.max_steps:
+                session.save_checkpoint(step, self.cursor)
+            if config.eval_every and step % config.eval_every == 0 and step < config.max_steps:
+                self.evaluate(step)
+        progress.close()
+        if self.start_step < config.max_steps:
+            session.save_checkpoint(config.max_steps, self.cursor)
+        self.result.final_eval = self.evaluate(config.max_steps)
+        session.save_final_adapter()
+        self.result.history = session.metrics.history
+        return self.result
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        session, config = self.session, self.config
+        tasks = session.my_share(self.cursor.next_batch())
+        started = time.perf_counter()
+        with session.rollout_phase():
+            rollouts = session.run_async(
+                run_rollouts(
+                    self.agent, tasks, config.group_size, llm=session.endpoint,
+                    max_concurrency=config.max_concurrency, timeout_s=config.episode_timeout_s,
+                    reward_fn=self.reward,
+                )
+            )  # fmt: skip
+        rollout_s = time.perf_counter() - started
+        groups = _group_episodes(rollouts, len(tasks))
+        stats = session.train(groups)
+        stats.update(session.push_weights(step))
+        stats["time_rollout_s"] = rollout_s
+        stats["time_step_s"] = time.perf_counter() - started
+        session.keep_episodes(step, rollouts)
+        return session.log(step, stats)
+
+    def evaluate(self, step: int) -> dict[str, float] | None:
+        if not self.val_tasks:
+            return None
+        with self.session.eval_phase():
+            metrics = evaluate_agent(self.session, self.agent, self.val_tasks, self.reward)
+        self.session.log(step, {f"val_{key}": value for key, value in metrics.items()})
+        return metrics
+
+
+def _group_episodes(rollouts: list[Rollout], num_tasks: int) -> list[list[Any]]:
+    groups: list[list[Any]] = [[] for _ in range(num_tasks)]
+    for rollout in rollouts:
+        groups[rollout.task_index].append(rollout.episode)
+    return groups
+
+
+def _seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
