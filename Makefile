@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(BIN)/python -m pytest -ra
 
 test-fast: $(STAMP)
@@ -33,7 +33,7 @@ demo: $(STAMP)
 	$(BIN)/lightning-sdk quickstart
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check lightning_sdk integrations tests benchmarks examples
