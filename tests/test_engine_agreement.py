@@ -17,19 +17,29 @@ QUESTIONS = [
 
 
 def test_greedy_outputs_agree(vllm_engine, transformers_engine, chat_prompt_ids) -> None:
-    # vLLM serves in bfloat16 and transformers computes in float32 from the same bf16 weights; on this
-    # model and these prompts the argmax never flips, so the whole completions agree (checked for 48
-    # tokens). Logprobs differ by bf16 rounding only.
+    # vLLM serves in bfloat16, transformers computes in float32 from the same bf16 weights. The greedy
+    # paths are identical until a position where two tokens are nearly tied (bf16 rounding can flip the
+    # argmax there: on "Write a haiku about the sea." vLLM sees an exact tie at token 17). So: equal up to
+    # the first divergence, which may only happen at a near tie that both engines rank in their top 2.
     prompts = [chat_prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
-    greedy = SamplingParams(temperature=0, max_tokens=32)
+    greedy = SamplingParams(temperature=0, max_tokens=32, top_logprobs=2)
     from_vllm = vllm_engine.generate(prompts, greedy)
     from_transformers = transformers_engine.generate(prompts, greedy)
+    fully_equal = 0
     for ours, theirs in zip(from_transformers, from_vllm):
         a, b = ours.completions[0], theirs.completions[0]
-        assert a.token_ids == b.token_ids
-        assert a.text == b.text
-        assert a.finish_reason == b.finish_reason
-        assert a.logprobs == pytest.approx(b.logprobs, abs=0.15)
+        diverge = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
+        if diverge is None:
+            assert a.token_ids == b.token_ids and a.text == b.text and a.finish_reason == b.finish_reason
+            fully_equal += 1
+        else:
+            ranked = sorted(a.top_logprobs[diverge].values(), reverse=True)
+            assert ranked[0] - ranked[1] < 0.2, f"divergence at {diverge} without a near tie: {ranked}"
+            assert b.token_ids[diverge] in a.top_logprobs[diverge]
+            assert a.token_ids[diverge] in b.top_logprobs[diverge]
+        same = slice(0, diverge)
+        assert a.logprobs[same] == pytest.approx(b.logprobs[same], abs=0.15)
+    assert fully_equal >= len(QUESTIONS) // 2
 
 
 def test_transformers_engine_samples_n_with_stop(transformers_engine, chat_prompt_ids) -> None:

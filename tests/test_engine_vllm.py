@@ -89,16 +89,21 @@ def test_prompt_longer_than_the_context_is_refused(vllm_engine) -> None:
         vllm_engine.generate([[1] * 2040], SamplingParams(max_tokens=16))
 
 
-def test_torch_threads_are_restored_for_training(vllm_engine) -> None:
+def test_torch_threads_are_restored_for_training(vllm_engine, chat_prompt_ids) -> None:
     import torch
 
     assert torch.set_num_threads is vllm_engine._user_threads.set_num_threads  # vLLM's no-op replaced back
-    user_threads = vllm_engine._user_threads.count
+    user_threads, serving_threads = vllm_engine._user_threads.count, vllm_engine._serving_threads
     vllm_engine.sleep()
     try:
         assert torch.get_num_threads() == user_threads
-        torch.set_num_threads(1)
-        assert torch.get_num_threads() == 1  # really applied, not swallowed
+        other = 1 if serving_threads != 1 else 2
+        torch.set_num_threads(other)
+        assert torch.get_num_threads() == other  # really applied, not swallowed
+        # A request while asleep still runs: the engine steps with the thread count it started with.
+        [result] = vllm_engine.generate([chat_prompt_ids(QUESTION)], SamplingParams(temperature=0, max_tokens=4))
+        assert len(result.completions[0].token_ids) == 4
     finally:
+        torch.set_num_threads(user_threads)
         vllm_engine.wake()
-    assert torch.get_num_threads() == vllm_engine._serving_threads
+    assert torch.get_num_threads() == serving_threads

@@ -36,6 +36,8 @@ def merge_lora_adapter(base: Mapping[str, torch.Tensor], adapter_dir: str | Path
     Supports standard LoRA on linear layers (with `rank_pattern`, `alpha_pattern`, rsLoRA and
     `modules_to_save`). DoRA and LoRA on embeddings raise `NotImplementedError`: use weight_sync="lora".
     """
+    import torch
+
     adapter_dir = Path(adapter_dir)
     config = json.loads((adapter_dir / "adapter_config.json").read_text())
     if config.get("use_dora"):
@@ -57,10 +59,11 @@ def merge_lora_adapter(base: Mapping[str, torch.Tensor], adapter_dir: str | Path
         lora_a, lora_b = tensors[key].float(), tensors[f"{module}.lora_B.weight"].float()
         target = _base_name(module) + ".weight"
         _require(base, target, key)
-        delta = (lora_b @ lora_a) * _scaling(config, _base_name(module), rank=lora_a.shape[0])
-        if config.get("fan_in_fan_out"):
-            delta = delta.T
-        merged[target] = (merged[target].float() + delta).to(base[target].dtype)
+        scale = _scaling(config, _base_name(module), rank=lora_a.shape[0])
+        if config.get("fan_in_fan_out"):  # weights stored transposed (GPT-2 style Conv1D)
+            lora_a, lora_b = lora_b.T, lora_a.T
+        # One fused W + scale * B @ A in fp32, rounded once to the base dtype.
+        merged[target] = torch.addmm(merged[target].float(), lora_b, lora_a, alpha=scale).to(base[target].dtype)
     return merged
 
 

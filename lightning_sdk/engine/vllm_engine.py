@@ -53,7 +53,8 @@ class VLLMEngine:
         max_lora_rank: Largest adapter rank `load_adapter` accepts with weight_sync="lora".
         max_n: Largest `n` (samples per prompt) a request may ask for.
         seed: Engine seed; requests without their own seed sample from it.
-        serving_threads: torch threads while awake on CPU; `None` keeps vLLM's choice.
+        serving_threads: torch threads for serving on CPU (default: the current count). vLLM's CPU attention
+            is planned for the thread count at start, so the engine keeps that count whenever it steps.
         gpu_memory_utilization: Share of GPU memory vLLM may use (GPU only; leave room for training).
         engine_kwargs: Further `vllm.EngineArgs` fields.
     """
@@ -83,6 +84,8 @@ class VLLMEngine:
         self.weight_sync: WeightSync = _choose_weight_sync(weight_sync, self.on_cpu)
         self.max_n = max_n
         self._user_threads = TorchThreads.save()
+        if serving_threads is not None:
+            self._user_threads.apply(serving_threads)
         args = EngineArgs(
             model=str(self.model.path),
             served_model_name=self.model.name,
@@ -105,9 +108,8 @@ class VLLMEngine:
         try:
             self._engine = LLMEngine.from_engine_args(args)
         finally:
-            chosen_by_vllm = _torch_threads()
+            self._serving_threads = _torch_threads()  # what vLLM planned its kernels for
             self._user_threads.restore()  # undo vLLM's replacement of torch.set_num_threads
-        self._serving_threads = serving_threads or chosen_by_vllm
         self.max_model_len: int = self._engine.model_config.max_model_len
         self._tokenizer = self._engine.get_tokenizer()
         self._version: WeightVersion = None
@@ -116,7 +118,7 @@ class VLLMEngine:
         self._next_lora_id = 1
         self._base_weights: dict[str, torch.Tensor] | None = None
         self._asleep = False
-        self._loop = StepLoop(self._engine)
+        self._loop = StepLoop(self._engine, before_step=self._use_serving_threads)
         self.wake()
 
     # -- generation ----------------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ class VLLMEngine:
         all_params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(all_params) != len(prompts):
             raise ValueError(f"Got {len(prompts)} prompts but {len(all_params)} sampling parameter sets.")
-        submitted = [self._submit(prompt, p, RequestStream()) for prompt, p in zip(prompts, all_params)]
+        submitted = [self._submit(prompt, p, RequestStream(), False) for prompt, p in zip(prompts, all_params)]
         return [
             ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
             for (stream, version), prompt, p in zip(submitted, prompts, all_params)
@@ -145,7 +147,7 @@ class VLLMEngine:
 
     async def agenerate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
         """Sample completions for one prompt; concurrent calls join the same running batch."""
-        stream, version = self._submit(prompt_token_ids, params, None)
+        stream, version = self._submit(prompt_token_ids, params, None, False)
         builder = ResultBuilder(list(prompt_token_ids), params.n, version)
         async for delta in stream:
             builder.add(delta)
@@ -155,21 +157,21 @@ class VLLMEngine:
         self, prompt_token_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[CompletionDelta]:
         """Yield new tokens of the prompt's completions as the engine samples them."""
-        stream, _ = self._submit(prompt_token_ids, params, None)
+        stream, _ = self._submit(prompt_token_ids, params, None, True)
         async for delta in stream:
             yield delta
 
     def _submit(
-        self, prompt_token_ids: Sequence[int], params: SamplingParams, stream: RequestStream | None
+        self, prompt_token_ids: Sequence[int], params: SamplingParams, stream: RequestStream | None, deltas: bool
     ) -> tuple[RequestStream, WeightVersion]:
         check_prompt_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
         request_id = uuid.uuid4().hex
         if stream is None:
             stream = RequestStream(on_cancel=lambda: self._loop.abort(request_id))
-        self._loop.add_request(request_id, prompt_token_ids, self._vllm_params(params), self._lora, stream)
+        self._loop.add_request(request_id, prompt_token_ids, self._vllm_params(params, deltas), self._lora, stream)
         return stream, self._version
 
-    def _vllm_params(self, params: SamplingParams) -> Any:
+    def _vllm_params(self, params: SamplingParams, deltas: bool) -> Any:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -181,7 +183,9 @@ class VLLMEngine:
             stop=list(params.stop) or None,
             seed=params.seed,
             logprobs=params.top_logprobs,  # 0 still returns the sampled token's logprob
-            output_kind=RequestOutputKind.DELTA,
+            # Streams get every step's new tokens; other requests only their final output, which spares
+            # vLLM's output processing and our thread hand-over one object per token.
+            output_kind=RequestOutputKind.DELTA if deltas else RequestOutputKind.FINAL_ONLY,
         )
 
     # -- new weights ---------------------------------------------------------------------------------------
@@ -250,6 +254,13 @@ class VLLMEngine:
             self._loop.call(lambda engine: engine.wake_up(tags=["weights"]))
             self._loop.call(lambda engine: engine.wake_up(tags=["kv_cache"]))
         self._asleep = False
+
+    def _use_serving_threads(self) -> None:
+        # Runs on the engine thread before every step. vLLM's CPU attention fails ("thread_num == thread_num")
+        # when torch's thread count differs from the one it started with, so a request arriving while asleep,
+        # or a user's torch.set_num_threads, must not reach a step with another count.
+        if self.on_cpu and _torch_threads() != self._serving_threads:
+            self._user_threads.apply(self._serving_threads)
 
     def shutdown(self) -> None:
         """Stop the engine thread, free the model and give torch its original threads back."""

@@ -27,8 +27,9 @@ _STOP = object()
 class StepLoop:
     """Owns a vLLM `LLMEngine` on a dedicated daemon thread."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, before_step: Callable[[], None] | None = None) -> None:
         self._engine = engine
+        self._before_step = before_step
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._streams: dict[str, tuple[RequestStream, bool]] = {}
         self._dead: BaseException | None = None
@@ -38,7 +39,7 @@ class StepLoop:
     def add_request(
         self, request_id: str, prompt_token_ids: Sequence[int], params: Any, lora: Any, stream: RequestStream
     ) -> None:
-        """Queue a request (vLLM `SamplingParams` with DELTA output); its outputs go to `stream`."""
+        """Queue a request (with vLLM `SamplingParams`); its outputs go to `stream`."""
         with_top = bool(params.logprobs)
         prompt = {"prompt_token_ids": list(prompt_token_ids)}
 
@@ -114,6 +115,8 @@ class StepLoop:
 
     def _step(self) -> None:
         try:
+            if self._before_step is not None:
+                self._before_step()
             outputs = self._engine.step()
         except Exception as error:  # every waiting request learns about it
             log.exception("vLLM engine step failed")
@@ -142,7 +145,7 @@ class StepLoop:
 
 
 def to_deltas(output: Any, with_top: bool) -> list[CompletionDelta]:
-    """Convert one vLLM `RequestOutput` (made with `RequestOutputKind.DELTA`) into our deltas.
+    """Convert one vLLM `RequestOutput` (DELTA or FINAL_ONLY output kind) into our deltas.
 
     vLLM always returns the sampled token's logprob beside the requested alternatives; `with_top` keeps the
     alternatives (only when the request asked for some).

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from lightning_sdk.engine.types import Engine, EngineError, PromptTooLongError, check_prompt_fits
 from lightning_sdk.serving.chat_template import render_chat, tool_choice_prefix
 from lightning_sdk.serving.errors import APIError, error_body
+from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.responses import (
     ResponseMeta,
     chat_choice,
@@ -52,8 +53,13 @@ def create_app(
     api_key: str | None,
     model_name: str | None = None,
     default_max_tokens: int | None = None,
+    sampling_policy: SamplingPolicy | None = None,
 ) -> FastAPI:
-    """Build the app. `api_key=None` turns authentication off (for trusted local use only)."""
+    """Build the app. `api_key=None` turns authentication off (for trusted local use only).
+
+    `sampling_policy` lets the app's owner (the trainer) override every request's sampling between phases.
+    """
+    policy = sampling_policy or SamplingPolicy()
     served = model_name or engine.model.name
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
     tokenizer = engine.tokenizer
@@ -89,7 +95,7 @@ def create_app(
                 f"The request body is not valid JSON: {error}", code="invalid_json"
             ) from None
         parsed = parse_request(cls, body)
-        if parsed.model != served and parsed.model not in MODEL_ALIASES:
+        if parsed.model != served and parsed.model not in MODEL_ALIASES and not policy.accept_any_model:
             raise APIError.model_not_found(parsed.model, served)
         return parsed
 
@@ -99,7 +105,7 @@ def create_app(
         max_tokens = asked if asked is not None else max(1, engine.max_model_len - prompt_len)
         if asked is None and default_max_tokens is not None:
             max_tokens = min(max_tokens, default_max_tokens)
-        params = sampling_params(request, max_tokens, top, getattr(engine, "max_n", 16))
+        params = policy.apply(sampling_params(request, max_tokens, top, getattr(engine, "max_n", 16)))
         try:
             check_prompt_fits(prompt_len, params.max_tokens, engine.max_model_len)
         except PromptTooLongError as error:

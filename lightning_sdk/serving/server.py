@@ -13,6 +13,7 @@ from typing import Any, Literal, Self
 
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.endpoint import LLMEndpoint
+from lightning_sdk.serving.policy import SamplingPolicy
 
 __all__ = ["ServerHandle", "serve", "start_server"]
 
@@ -68,6 +69,7 @@ def start_server(
     default_max_tokens: int | None = None,
     owns_engine: bool = False,
     startup_timeout: float = 30.0,
+    sampling_policy: SamplingPolicy | None = None,
 ) -> ServerHandle:
     """Serve an existing engine in a background thread and return once it accepts connections.
 
@@ -81,13 +83,17 @@ def start_server(
             context window, as OpenAI does).
         owns_engine: Shut the engine down in `stop()`.
         startup_timeout: Seconds to wait for the server to come up.
+        sampling_policy: Server-side sampling overrides (the trainer's temperature and greedy evaluation).
     """
     import uvicorn
 
     from lightning_sdk.serving.app import create_app
 
     key = api_key or f"sk-local-{secrets.token_urlsafe(24)}"
-    app = create_app(engine, api_key=key, model_name=model_name, default_max_tokens=default_max_tokens)
+    app = create_app(
+        engine, api_key=key, model_name=model_name, default_max_tokens=default_max_tokens,
+        sampling_policy=sampling_policy,
+    )  # fmt: skip
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))

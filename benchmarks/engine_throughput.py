@@ -1,0 +1,301 @@
+"""Engine throughput: tokens/s at 1, 8 and 32 concurrent chats, and weight-update latency.
+
+Rows (bundled SmolLM2-135M-Instruct, sampled at temperature 1 with a fixed seed per chat, so the app and
+the engine produce the very same tokens and their speeds compare directly):
+
+- `app (HTTP)`: the real `openai.AsyncOpenAI` client against our OpenAI-compatible app on 127.0.0.1;
+- `engine direct`: `VLLMEngine.agenerate` called concurrently in-process (no HTTP, no template);
+- `AsyncLLM direct` (`--async-llm`): vLLM's `AsyncLLM`, whose engine core runs in a child process;
+- `transformers generate`: plain `model.generate` on a left-padded batch of the same prompts (float32);
+- `LoRA active` (`--lora`): the engine with weight_sync="lora" while a rank-16 adapter is served.
+
+Weight updates: `load_adapter` of a rank-16 adapter on all projections, by merging and pushing the full
+weights (CPU default) and by LoRA hot-load. Only one engine runs at a time. Usage:
+
+    python benchmarks/engine_throughput.py [--max-tokens 128] [--repeats 3] [--lora] [--async-llm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lightning_sdk.engine import SamplingParams, VLLMEngine, resolve_model
+from lightning_sdk.serving import start_server
+
+CONCURRENCY = (1, 8, 32)
+TOPICS = ["a cat", "the sea", "a robot", "a lighthouse", "a dragon", "the moon", "a baker", "a storm"]
+
+
+def chats(count: int) -> list[list[dict[str, str]]]:
+    """Distinct chat requests (different prompts, so the prefix cache does not flatter anyone)."""
+    return [
+        [{"role": "user", "content": f"Write a short story about {TOPICS[i % 8]} (story {i})."}]
+        for i in range(count)
+    ]
+
+
+def render(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def median_rate(run: Any, repeats: int) -> float:
+    """Median tokens/s over `repeats` runs of `run() -> (tokens, seconds)`, after one warm-up run."""
+    run()
+    rates = []
+    for _ in range(repeats):
+        tokens, seconds = run()
+        rates.append(tokens / seconds)
+    return statistics.median(rates)
+
+
+def engine_direct(engine: VLLMEngine, prompts: list[list[int]], max_tokens: int) -> tuple[int, float]:
+    async def go() -> int:
+        results = await asyncio.gather(
+            *(
+                engine.agenerate(p, SamplingParams(max_tokens=max_tokens, seed=i))
+                for i, p in enumerate(prompts)
+            )
+        )
+        return sum(len(r.completions[0].token_ids) for r in results)
+
+    started = time.perf_counter()
+    tokens = asyncio.run(go())
+    return tokens, time.perf_counter() - started
+
+
+def through_app(endpoint: Any, messages: list[list[dict[str, str]]], max_tokens: int) -> tuple[int, float]:
+    async def go() -> int:
+        async with endpoint.async_openai_client(max_retries=0, timeout=600) as client:
+            replies = await asyncio.gather(
+                *(
+                    client.chat.completions.create(
+                        model=endpoint.model, messages=m, max_tokens=max_tokens, temperature=1.0, seed=i
+                    )
+                    for i, m in enumerate(messages)
+                )
+            )
+        return sum(len(r.choices[0].token_ids) for r in replies)
+
+    started = time.perf_counter()
+    tokens = asyncio.run(go())
+    return tokens, time.perf_counter() - started
+
+
+def transformers_generate(
+    model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int
+) -> tuple[int, float]:
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            max_new_tokens=max_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    seconds = time.perf_counter() - started
+    generated = out[:, width:]
+    eos = tokenizer.eos_token_id
+    tokens = sum(int((row == eos).nonzero()[0]) + 1 if (row == eos).any() else len(row) for row in generated)
+    return tokens, seconds
+
+
+def async_llm_direct(
+    model_path: Path, prompts: list[list[int]], max_tokens: int, repeats: int
+) -> dict[int, float]:
+    """vLLM's AsyncLLM (engine core in a child process), same settings as VLLMEngine on CPU."""
+    from vllm import SamplingParams as VSamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    async def main() -> dict[int, float]:
+        engine = AsyncLLM.from_engine_args(
+            AsyncEngineArgs(
+                model=str(model_path),
+                dtype="bfloat16",
+                max_model_len=2048,
+                logprobs_mode="processed_logprobs",
+                generation_config="vllm",
+                disable_log_stats=True,
+            )
+        )
+
+        async def one(i: int, prompt: list[int]) -> int:
+            params = VSamplingParams(max_tokens=max_tokens, seed=i, logprobs=0)
+            final = None
+            async for final in engine.generate(
+                {"prompt_token_ids": prompt}, params, request_id=f"r{i}-{time.time()}"
+            ):
+                pass
+            return len(final.outputs[0].token_ids)
+
+        async def run(count: int) -> tuple[int, float]:
+            started = time.perf_counter()
+            tokens = sum(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts[:count]))))
+            return tokens, time.perf_counter() - started
+
+        rates = {}
+        for count in CONCURRENCY:
+            await run(count)
+            samples = [await run(count) for _ in range(repeats)]
+            rates[count] = statistics.median(t / s for t, s in samples)
+        engine.shutdown()
+        return rates
+
+    return asyncio.run(main())
+
+
+def make_adapter(model_path: Path, folder: Path, rank: int = 16) -> Path:
+    """A rank-16 LoRA adapter on all projections, with non-zero B so that it changes the outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=modules, init_lora_weights=False)
+    get_peft_model(model, config).save_pretrained(folder)
+    return folder
+
+
+def update_latency(engine: VLLMEngine, adapter: Path, repeats: int) -> float:
+    """Median seconds of `load_adapter` (a new version each time, after one warm-up)."""
+    samples = []
+    for version in range(1, repeats + 2):
+        started = time.perf_counter()
+        engine.load_adapter(adapter, version=version)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples[1:])
+
+
+def rate_per_concurrency(run: Any, repeats: int, counts: tuple[int, ...] = CONCURRENCY) -> dict[int, float]:
+    """`{count: median tokens/s}` for `run(count) -> (tokens, seconds)`."""
+    return {count: median_rate(lambda count=count: run(count), repeats) for count in counts}
+
+
+def measure_vllm(model: Any, args: argparse.Namespace, options: dict, adapter: Path) -> dict[str, Any]:
+    """The default engine: direct vs app at each concurrency, then the merged-adapter update."""
+    started = time.perf_counter()
+    engine = VLLMEngine(model, **options)
+    startup = time.perf_counter() - started
+    messages = chats(max(CONCURRENCY))
+    prompts = [render(engine.tokenizer, m) for m in messages]
+    rows = {}
+    with start_server(engine) as server:
+        rows["engine direct"] = rate_per_concurrency(
+            lambda c: engine_direct(engine, prompts[:c], args.max_tokens), args.repeats
+        )
+        rows["app (HTTP)"] = rate_per_concurrency(
+            lambda c: through_app(server.endpoint, messages[:c], args.max_tokens), args.repeats
+        )
+    merge_seconds = update_latency(engine, adapter, args.repeats)
+    rows["engine direct, adapter merged in"] = rate_per_concurrency(
+        lambda c: engine_direct(engine, prompts[:c], args.max_tokens), args.repeats, (32,)
+    )
+    engine.shutdown()
+    return {"startup_s": startup, "rows": rows, "merge_update_s": merge_seconds, "prompts": prompts}
+
+
+def measure_lora(model: Any, args: argparse.Namespace, options: dict, adapter: Path, prompts: list) -> dict:
+    """weight_sync="lora": hot-load latency and speed with and without the adapter active."""
+    engine = VLLMEngine(model, weight_sync="lora", max_lora_rank=16, **options)
+    rows = {
+        "engine direct, LoRA enabled, base weights": rate_per_concurrency(
+            lambda c: engine_direct(engine, prompts[:c], args.max_tokens), args.repeats, (32,)
+        )
+    }
+    seconds = update_latency(engine, adapter, args.repeats)
+    rows["engine direct, LoRA adapter active"] = rate_per_concurrency(
+        lambda c: engine_direct(engine, prompts[:c], args.max_tokens), args.repeats, (32,)
+    )
+    engine.shutdown()
+    return {"rows": rows, "lora_update_s": seconds}
+
+
+def measure_transformers(model: Any, args: argparse.Namespace, prompts: list) -> dict[int, float]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model.path)
+    return rate_per_concurrency(
+        lambda c: transformers_generate(hf, tokenizer, prompts[:c], args.max_tokens), args.repeats
+    )
+
+
+def report(results: dict[str, Any], args: argparse.Namespace) -> None:
+    rows = results["rows"]
+    print(
+        f"\nvLLM start: {results['startup_s']:.1f} s; max_tokens={args.max_tokens}; "
+        f"median of {args.repeats} runs\n"
+    )
+    print("| path | " + " | ".join(f"{c} chats (tok/s)" for c in CONCURRENCY) + " |")
+    print("|---|" + "---:|" * len(CONCURRENCY))
+    for name, rates in rows.items():
+        print(
+            f"| {name} | " + " | ".join(f"{rates[c]:.0f}" if c in rates else "" for c in CONCURRENCY) + " |"
+        )
+    app, direct = rows["app (HTTP)"][32], rows["engine direct"][32]
+    print(f"\napp / direct at 32 chats: {app / direct:.0%} (target >= 85%)")
+    print(f"adapter update, merge + push: {results['merge_update_s']:.2f} s (target < 0.5 s)")
+    if results.get("lora_update_s") is not None:
+        print(f"adapter update, LoRA hot-load: {results['lora_update_s']:.3f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--serving-threads", type=int, default=None)
+    parser.add_argument("--enforce-eager", action="store_true", help="vLLM without torch.compile")
+    parser.add_argument("--lora", action="store_true", help="also measure weight_sync='lora'")
+    parser.add_argument("--async-llm", action="store_true", help="also measure vLLM's AsyncLLM")
+    parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    args = parser.parse_args()
+
+    model = resolve_model(None)
+    options = {
+        "max_model_len": 2048,
+        "serving_threads": args.serving_threads,
+        "enforce_eager": args.enforce_eager,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        adapter = make_adapter(model.path, Path(tmp) / "adapter")
+        results = measure_vllm(model, args, options, adapter)
+        prompts = results.pop("prompts")
+        if args.lora:
+            lora = measure_lora(model, args, options, adapter, prompts)
+            results["rows"].update(lora["rows"])
+            results["lora_update_s"] = lora["lora_update_s"]
+    if args.async_llm:
+        results["rows"]["AsyncLLM direct (child process)"] = async_llm_direct(
+            model.path, prompts, args.max_tokens, args.repeats
+        )
+    if not args.skip_transformers:
+        results["rows"]["transformers generate"] = measure_transformers(model, args, prompts)
+    report(results, args)
+    if args.json:
+        args.json.write_text(json.dumps({**results, "args": vars(args)}, default=str, indent=2))
+
+
+if __name__ == "__main__":
+    main()
