@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.set_defaults(handler=run_serve)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("lightning_sdk").setLevel(logging.INFO)  # our progress, not every HTTP request
     try:
         return int(args.handler(args) or 0)
     except (FileNotFoundError, ValueError, TypeError, ImportError) as error:

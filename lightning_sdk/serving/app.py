@@ -21,6 +21,7 @@ from lightning_sdk.engine.types import Engine, EngineError, PromptTooLongError, 
 from lightning_sdk.serving.chat_template import render_chat, tool_choice_prefix
 from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.responses import (
     ResponseMeta,
     chat_choice,
@@ -57,9 +58,8 @@ def create_app(
 ) -> FastAPI:
     """Build the app. `api_key=None` turns authentication off (for trusted local use only).
 
-    `sampling_policy` lets the app's owner (the trainer) override every request's sampling between phases.
+    `sampling_policy` lets the owner (the trainer) override every request's sampling between phases.
     """
-    policy = sampling_policy or SamplingPolicy()
     served = model_name or engine.model.name
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
     tokenizer = engine.tokenizer

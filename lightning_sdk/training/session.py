@@ -50,7 +50,7 @@ class TrainingSession:
 
     @classmethod
     def start(
-        cls, model: Any, config: TrainerConfig, run_dir: Path, engine_kind: str, engine_options: dict[str, Any]
+        cls, model: Any, config: TrainerConfig, run_dir: Path, engine_kind: Any, engine_options: dict[str, Any]
     ) -> TrainingSession:
         """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
         from lightning_sdk.engine.factory import create_engine
@@ -61,17 +61,22 @@ class TrainingSession:
         from lightning_sdk.training.optim import build_optimizer, build_scheduler
 
         distributed = Distributed.from_environment()
-        resolved = resolve_model(model)
-        log.info("starting the %s engine on %s", engine_kind, resolved.name)
-        options = {"seed": config.seed + distributed.rank, **engine_options}
-        if config.weight_sync != "auto":
-            options.setdefault("weight_sync", "merge" if config.weight_sync == "merged" else "lora")
-        engine = create_engine(resolved, engine=engine_kind, **options)
+        owns_engine = isinstance(engine_kind, str)
+        if owns_engine:
+            resolved = resolve_model(model)
+            log.info("starting the %s engine on %s", engine_kind, resolved.name)
+            options = {"seed": config.seed + distributed.rank, **engine_options}
+            if config.weight_sync != "auto":
+                options.setdefault("weight_sync", "merge" if config.weight_sync == "merged" else "lora")
+            engine = create_engine(resolved, engine=engine_kind, **options)
+        else:  # an Engine the caller built and keeps (shared between runs, e.g. in tests or notebooks)
+            engine, resolved = engine_kind, engine_kind.model
         try:
             sampling = SamplingPolicy(accept_any_model=True)
-            server = start_server(engine, owns_engine=True, sampling_policy=sampling)
+            server = start_server(engine, owns_engine=owns_engine, sampling_policy=sampling)
         except BaseException:
-            engine.shutdown()
+            if owns_engine:
+                engine.shutdown()
             raise
         engine.sleep()  # torch gets its threads back while we build the policy
         policy = build_lora_model(load_base_model(resolved.path, config.dtype), config)

@@ -55,7 +55,8 @@ class Trainer:
     Args:
         model: `None` for the bundled SmolLM2-135M-Instruct, a local Hugging Face folder or a Hub id.
         config: the training configuration (defaults suit the bundled model on a CPU).
-        engine: `"auto"` (vLLM when installed, else transformers), `"vllm"` or `"transformers"`.
+        engine: `"auto"` (vLLM when installed, else transformers), `"vllm"`, `"transformers"`, or an
+            `Engine` you built (it is used as is and not shut down; its weights are left as trained).
         engine_options: extra keyword arguments for the engine (e.g. `max_model_len`).
     """
 
@@ -64,7 +65,7 @@ class Trainer:
         model: str | Path | None = None,
         config: TrainerConfig | None = None,
         *,
-        engine: str = "auto",
+        engine: str | Any = "auto",
         engine_options: dict[str, Any] | None = None,
     ) -> None:
         if config is not None and not isinstance(config, TrainerConfig):
