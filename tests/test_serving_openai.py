@@ -206,3 +206,25 @@ def test_serve_runs_a_model_with_an_adapter(lora_adapter_dir) -> None:
         assert reply.weight_version == lora_adapter_dir.name
         assert reply.choices[0].token_ids
     assert not server.engine._thread.is_alive()  # stop() shut the engine down too
+
+
+def test_sampling_policy_overrides_requests(vllm_engine) -> None:
+    from lightning_sdk.serving import SamplingPolicy, start_server
+
+    policy = SamplingPolicy(accept_any_model=True)
+    policy.set(temperature=0.0, max_tokens=6)
+    with start_server(vllm_engine, sampling_policy=policy) as server:
+        client = server.endpoint.openai_client()
+        replies = [
+            client.chat.completions.create(
+                model="gpt-4o-mini", messages=QUESTION, temperature=1.0, seed=seed, max_tokens=50
+            )
+            for seed in (1, 2)
+        ]
+        assert replies[0].choices[0].token_ids == replies[1].choices[0].token_ids  # forced greedy
+        assert len(replies[0].choices[0].token_ids) <= 6  # capped
+        policy.set()  # no overrides: the request's own values again
+        reply = client.chat.completions.create(
+            model="anything", messages=QUESTION, max_tokens=9, temperature=0
+        )
+        assert len(reply.choices[0].token_ids) == 9 or reply.choices[0].finish_reason == "stop"

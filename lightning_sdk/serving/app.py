@@ -21,7 +21,6 @@ from lightning_sdk.engine.types import Engine, EngineError, PromptTooLongError, 
 from lightning_sdk.serving.chat_template import render_chat, tool_choice_prefix
 from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.policy import SamplingPolicy
-from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.responses import (
     ResponseMeta,
     chat_choice,
@@ -60,6 +59,7 @@ def create_app(
 
     `sampling_policy` lets the owner (the trainer) override every request's sampling between phases.
     """
+    policy = sampling_policy or SamplingPolicy()
     served = model_name or engine.model.name
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
     tokenizer = engine.tokenizer

@@ -14,7 +14,6 @@ from typing import Any, Literal, Self
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.endpoint import LLMEndpoint
 from lightning_sdk.serving.policy import SamplingPolicy
-from lightning_sdk.serving.policy import SamplingPolicy
 
 __all__ = ["ServerHandle", "serve", "start_server"]
 
@@ -83,9 +82,8 @@ def start_server(
         default_max_tokens: Completion length when a request sets no `max_tokens` (default: the rest of the
             context window, as OpenAI does).
         owns_engine: Shut the engine down in `stop()`.
-        sampling_policy: Server-side sampling overrides (the trainer's rollout and evaluation settings).
         startup_timeout: Seconds to wait for the server to come up.
-        sampling_policy: Server-side sampling overrides (the trainer's temperature and greedy evaluation).
+        sampling_policy: Server-side sampling overrides (the trainer's rollout and evaluation settings).
     """
     import uvicorn
 
