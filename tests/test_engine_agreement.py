@@ -53,3 +53,15 @@ def test_transformers_engine_samples_n_with_stop(transformers_engine, chat_promp
             top[t] == pytest.approx(lp)
             for t, lp, top in zip(completion.token_ids, completion.logprobs, completion.top_logprobs)
         )
+
+
+async def test_transformers_engine_stream_matches_generate(transformers_engine, chat_prompt_ids) -> None:
+    prompt = chat_prompt_ids([{"role": "user", "content": "Name a fruit."}])
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+    [expected] = transformers_engine.generate([prompt], greedy)
+    ids, text = [], ""
+    async for delta in transformers_engine.astream(prompt, greedy):
+        ids += delta.token_ids
+        text += delta.text
+    assert ids == expected.completions[0].token_ids
+    assert text == expected.completions[0].text

@@ -107,3 +107,9 @@ def test_torch_threads_are_restored_for_training(vllm_engine, chat_prompt_ids) -
         torch.set_num_threads(user_threads)
         vllm_engine.wake()
     assert torch.get_num_threads() == serving_threads
+
+
+async def test_blocking_generate_works_inside_an_event_loop(vllm_engine, chat_prompt_ids) -> None:
+    # Notebooks and async agents may call the blocking API from a running loop; it must not deadlock.
+    [result] = vllm_engine.generate([chat_prompt_ids(QUESTION)], SamplingParams(temperature=0, max_tokens=3))
+    assert len(result.completions[0].token_ids) == 3

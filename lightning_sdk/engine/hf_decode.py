@@ -27,6 +27,7 @@ class Row:
     index: int
     emit: Callable[[CompletionDelta], None]
     generator: torch.Generator
+    cancelled: Callable[[], bool] = lambda: False
     token_ids: list[int] = field(default_factory=list)
     text_sent: int = 0
     finish_reason: str | None = None
@@ -91,7 +92,9 @@ def decode_batch(model: Any, tokenizer: Any, rows: Sequence[Row], eos_ids: set[i
         past, logits = out.past_key_values, out.logits[:, -1, :]
         next_ids = []
         for i, row in enumerate(rows):
-            if row.finish_reason is None:
+            if row.finish_reason is None and row.cancelled():
+                row.finish_reason = "abort"  # nobody reads this row any more
+            elif row.finish_reason is None:
                 _advance(row, logits[i], tokenizer, eos_ids)
             next_ids.append(row.token_ids[-1] if row.token_ids else pad_id)
         if all(row.finish_reason is not None for row in rows):

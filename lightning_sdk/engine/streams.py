@@ -22,19 +22,19 @@ _DONE = object()
 class RequestStream:
     """Deltas of one request, pushed by the worker thread and consumed by one caller.
 
-    Created on the caller's side: inside a running event loop the deltas are delivered to that loop,
-    otherwise to a blocking queue. `push`, `finish` and `fail` are called from the worker thread.
+    Created on the caller's side: `asynchronous=True` delivers the deltas to the running event loop (for
+    `async for`), otherwise to a blocking queue (for `wait()`, even when called from inside an event loop).
+    `push`, `finish` and `fail` are called from the worker thread.
     """
 
-    def __init__(self, on_cancel: Callable[[], None] | None = None) -> None:
-        try:
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self._loop = None
+    def __init__(self, asynchronous: bool, on_cancel: Callable[[], None] | None = None) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop() if asynchronous else None
         self._async_queue: asyncio.Queue[object] | None = asyncio.Queue() if self._loop else None
         self._sync_queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._on_cancel = on_cancel
         self._finished = False
+        self.cancelled = False
+        """True once the consumer stopped reading before the end (workers may stop generating)."""
 
     # -- worker side -------------------------------------------------------------------------------------
     def push(self, delta: CompletionDelta) -> None:
@@ -76,8 +76,10 @@ class RequestStream:
                 yield item  # type: ignore[misc]
         finally:
             # The consumer stopped early (client disconnected, task cancelled): free the engine's slot.
-            if not self._finished and self._on_cancel is not None:
-                self._on_cancel()
+            if not self._finished:
+                self.cancelled = True
+                if self._on_cancel is not None:
+                    self._on_cancel()
 
     def wait(self) -> list[CompletionDelta]:
         """Block until the request is done and return all its deltas."""

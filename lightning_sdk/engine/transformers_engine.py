@@ -100,7 +100,7 @@ class TransformersEngine:
         all_params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(all_params) != len(prompts):
             raise ValueError(f"Got {len(prompts)} prompts but {len(all_params)} sampling parameter sets.")
-        streams = [self._submit(prompt, p, RequestStream()) for prompt, p in zip(prompts, all_params)]
+        streams = [self._submit(prompt, p, RequestStream(False)) for prompt, p in zip(prompts, all_params)]
         return [
             ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
             for (stream, version), prompt, p in zip(streams, prompts, all_params)
@@ -108,7 +108,7 @@ class TransformersEngine:
 
     async def agenerate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
         """Sample completions for one prompt; requests waiting together run as one batch."""
-        stream, version = self._submit(prompt_token_ids, params, RequestStream())
+        stream, version = self._submit(prompt_token_ids, params, RequestStream(True))
         builder = ResultBuilder(list(prompt_token_ids), params.n, version)
         async for delta in stream:
             builder.add(delta)
@@ -118,7 +118,7 @@ class TransformersEngine:
         self, prompt_token_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[CompletionDelta]:
         """Yield new tokens of the prompt's completions as they are sampled."""
-        stream, _ = self._submit(prompt_token_ids, params, RequestStream())
+        stream, _ = self._submit(prompt_token_ids, params, RequestStream(True))
         async for delta in stream:
             yield delta
 
@@ -217,7 +217,7 @@ class TransformersEngine:
             )
             for index in range(params.n):
                 generator = torch.Generator().manual_seed(seed + index)
-                rows.append(Row(prompt, params, index, stream.push, generator))
+                rows.append(Row(prompt, params, index, stream.push, generator, lambda s=stream: s.cancelled))
         try:
             decode_batch(self._model, self._tokenizer, rows, self._eos_ids, self._pad_id)
         except Exception as error:  # noqa: BLE001 - reported to each waiting caller

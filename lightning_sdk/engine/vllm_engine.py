@@ -139,7 +139,9 @@ class VLLMEngine:
         all_params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(all_params) != len(prompts):
             raise ValueError(f"Got {len(prompts)} prompts but {len(all_params)} sampling parameter sets.")
-        submitted = [self._submit(prompt, p, RequestStream(), False) for prompt, p in zip(prompts, all_params)]
+        submitted = [
+            self._submit(prompt, p, RequestStream(False), False) for prompt, p in zip(prompts, all_params)
+        ]
         return [
             ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
             for (stream, version), prompt, p in zip(submitted, prompts, all_params)
@@ -162,13 +164,19 @@ class VLLMEngine:
             yield delta
 
     def _submit(
-        self, prompt_token_ids: Sequence[int], params: SamplingParams, stream: RequestStream | None, deltas: bool
+        self,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams,
+        stream: RequestStream | None,
+        deltas: bool,
     ) -> tuple[RequestStream, WeightVersion]:
         check_prompt_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
         request_id = uuid.uuid4().hex
         if stream is None:
-            stream = RequestStream(on_cancel=lambda: self._loop.abort(request_id))
-        self._loop.add_request(request_id, prompt_token_ids, self._vllm_params(params, deltas), self._lora, stream)
+            stream = RequestStream(True, on_cancel=lambda: self._loop.abort(request_id))
+        self._loop.add_request(
+            request_id, prompt_token_ids, self._vllm_params(params, deltas), self._lora, stream
+        )
         return stream, self._version
 
     def _vllm_params(self, params: SamplingParams, deltas: bool) -> Any:
@@ -221,6 +229,11 @@ class VLLMEngine:
         post-processing; the prefix cache is reset because its KV entries came from the old weights.
         """
         items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+        dtype = self._engine.model_config.dtype
+        # Cast here: vLLM would cast too, but logs a warning per tensor for every push.
+        items = [
+            (name, t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t) for name, t in items
+        ]
 
         def push(engine: Any) -> None:
             engine.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
