@@ -63,7 +63,9 @@ def merge_lora_adapter(base: Mapping[str, torch.Tensor], adapter_dir: str | Path
         if config.get("fan_in_fan_out"):  # weights stored transposed (GPT-2 style Conv1D)
             lora_a, lora_b = lora_b.T, lora_a.T
         # One fused W + scale * B @ A in fp32, rounded once to the base dtype.
-        merged[target] = torch.addmm(merged[target].float(), lora_b, lora_a, alpha=scale).to(base[target].dtype)
+        merged[target] = torch.addmm(merged[target].float(), lora_b, lora_a, alpha=scale).to(
+            base[target].dtype
+        )
     return merged
 
 
