@@ -151,19 +151,23 @@ class _Loop:
         if self.start_step == 0:
             self.result.initial_eval = self.evaluate(step=0)
         progress = session.progress(self.start_step)
+        started, last_step = time.perf_counter(), self.start_step
         for step in range(self.start_step + 1, config.max_steps + 1):
             record = self.train_step(step)
             progress.update(step, record)
-            if config.save_every and step % config.save_every == 0 and step < config.max_steps:
+            last_step = step
+            if step == config.max_steps or _out_of_time(started, config.max_time_s):
+                break  # the final checkpoint and evaluation below cover this step
+            if config.save_every and step % config.save_every == 0:
                 session.save_checkpoint(step, self.cursor)
-            if config.eval_every and step % config.eval_every == 0 and step < config.max_steps:
+            if config.eval_every and step % config.eval_every == 0:
                 self.evaluate(step)
         progress.close()
-        if self.start_step < config.max_steps:
-            session.save_checkpoint(config.max_steps, self.cursor)
-        self.result.final_eval = self.evaluate(config.max_steps)
+        if last_step > self.start_step:
+            session.save_checkpoint(last_step, self.cursor)
+        self.result.final_eval = self.evaluate(last_step)
         session.save_final_adapter()
-        self.result.history = session.metrics.history
+        self.result.history = session.metrics.history if session.metrics is not None else []  # rank 0 only
         return self.result
 
     def train_step(self, step: int) -> dict[str, Any]:
@@ -201,6 +205,10 @@ def _group_episodes(rollouts: list[Rollout], num_tasks: int) -> list[list[Any]]:
     for rollout in rollouts:
         groups[rollout.task_index].append(rollout.episode)
     return groups
+
+
+def _out_of_time(started: float, budget_s: float | None) -> bool:
+    return budget_s is not None and time.perf_counter() - started >= budget_s
 
 
 def _seed_everything(seed: int) -> None:

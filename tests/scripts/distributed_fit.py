@@ -1,0 +1,32 @@
+"""Run by tests/test_trainer_distributed.py under `torchrun --nproc-per-node 2`: a 2-step fit with gloo."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import openai
+
+import lightning_sdk as ls
+
+
+@ls.reward
+def length_reward(task: dict[str, Any], answer: str) -> float:
+    return len(answer) / 40
+
+
+@ls.trace_agent(name="solver")
+def solver(task: dict[str, Any]) -> str:
+    reply = openai.OpenAI().chat.completions.create(
+        model="default", messages=[{"role": "user", "content": task["question"]}], max_tokens=6
+    )
+    answer = reply.choices[0].message.content or ""
+    length_reward(task, answer)
+    return answer
+
+
+if __name__ == "__main__":
+    config = ls.TrainerConfig(group_size=4, batch_size=1, max_steps=2, max_tokens=6, learning_rate=1e-3,
+                              save_every=1, eval_every=0, run_dir=sys.argv[1], progress_bar=False)  # fmt: skip
+    tasks = [{"question": f"Name a fruit, number {i}."} for i in range(8)]
+    ls.Trainer(config=config, engine="transformers", engine_options={"max_model_len": 512}).fit(solver, tasks)
