@@ -60,7 +60,8 @@ def _run_quickstart(args: argparse.Namespace) -> int:
     from lightning_sdk.quickstart import run_quickstart
 
     summary = run_quickstart(steps=args.steps, run_dir=args.run_dir)
-    print(f"\nheld-out accuracy: base {summary['base_accuracy']:.3f} -> trained {summary['trained_accuracy']:.3f}")
+    print(f"\nheld-out reward (greedy):      base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}")
+    print(f"answers leading with the sum:  base {summary['base_exact']:.3f} -> trained {summary['trained_exact']:.3f}")
     print(f"adapter: {summary['adapter']}\nreport:  {summary.get('report')}")
     return 0
 

@@ -59,7 +59,7 @@ def addition_agent(task: dict[str, int]) -> str | None:
 
 
 def run_quickstart(steps: int = 30, run_dir: str | None = None, report: bool = True) -> dict[str, Any]:
-    """Train the addition agent briefly and return base and trained held-out accuracy."""
+    """Train the addition agent briefly; return base and trained held-out reward (greedy) and exact-answer rate."""
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.trainer import Trainer
 
@@ -67,9 +67,12 @@ def run_quickstart(steps: int = 30, run_dir: str | None = None, report: bool = T
                            temperature=0.7, eval_every=10, save_every=10, run_dir=run_dir, seed=0)  # fmt: skip
     train_tasks, test_tasks = make_tasks(512, seed=1), make_tasks(64, seed=2)
     result = Trainer(config=config).fit(addition_agent, train_tasks, val_dataset=test_tasks)
+    nan = float("nan")
     summary = {
-        "base_accuracy": result.initial_eval["reward"] if result.initial_eval else float("nan"),
-        "trained_accuracy": result.final_eval["reward"] if result.final_eval else float("nan"),
+        "base_reward": result.initial_eval["reward"] if result.initial_eval else nan,
+        "trained_reward": result.final_eval["reward"] if result.final_eval else nan,
+        "base_exact": result.initial_eval["success_rate"] if result.initial_eval else nan,
+        "trained_exact": result.final_eval["success_rate"] if result.final_eval else nan,
         "run_dir": str(result.run_dir),
         "adapter": str(result.adapter_path),
     }
