@@ -140,14 +140,20 @@ def test_text_completions_batch_and_stream(served_endpoint) -> None:
     for choice in reply.choices:
         assert _decode(served_endpoint, choice.token_ids) == choice.text
         assert choice.logprobs.token_logprobs == pytest.approx(choice.token_logprobs)
-    streamed = "".join(
-        chunk.choices[0].text
-        for chunk in client.completions.create(
-            model=endpoint.model, prompt="The capital of France is", max_tokens=6, temperature=0, stream=True
-        )
-        if chunk.choices
-    )
-    assert streamed == reply.choices[0].text
+    texts, prompt_ids = {0: "", 1: ""}, {}
+    for chunk in client.completions.create(
+        model=endpoint.model,
+        prompt=["The capital of France is", "1, 2, 3,"],
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+    ):
+        for choice in chunk.choices:
+            texts[choice.index] += choice.text
+            if getattr(choice, "prompt_token_ids", None):
+                prompt_ids[choice.index] = choice.prompt_token_ids
+    assert [texts[0], texts[1]] == [c.text for c in reply.choices]
+    assert [prompt_ids[0], prompt_ids[1]] == [c.prompt_token_ids for c in reply.choices]
 
 
 def test_models_list_and_default_alias(served_endpoint) -> None:
