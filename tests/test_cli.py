@@ -1,0 +1,57 @@
+"""The `lightning-sdk` command, run as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_sdk.cli import main
+from lightning_sdk.training.metrics import read_metrics
+
+ROOT = Path(__file__).parents[1]
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return subprocess.run(
+        [sys.executable, "-m", "lightning_sdk.cli", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_train_then_report_from_the_command_line(tmp_path: Path) -> None:
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"question": f"Name an animal, number {i}."}) + "\n" for i in range(4)))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"group_size": 2, "batch_size": 2, "max_tokens": 6, "progress_bar": False}))
+    run_dir = tmp_path / "run"
+
+    trained = run_cli("train", "tests.scripts.cli_agent:solver", "--data", str(data), "--val-data", str(data),
+                      "--reward", "tests.scripts.cli_agent:length_reward", "--config", str(config),
+                      "--steps", "1", "--run-dir", str(run_dir), cwd=ROOT)  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert f"run: {run_dir}" in trained.stdout and "validation reward:" in trained.stdout
+    [step] = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert step["episodes"] == 4 and step["episodes_unscored"] == 0  # --reward scored every episode
+
+    reported = run_cli("report", str(run_dir), cwd=ROOT)
+    assert reported.returncode == 0, reported.stderr[-3000:]
+    assert (run_dir / "report.html").read_text().count("<details>") >= 1
+
+
+def test_bad_arguments_get_a_clear_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+    data = tmp_path / "tasks.jsonl"
+    data.write_text('{"question": "hi"}\n')
+    assert main(["train", "no_colon_here", "--data", str(data)]) == 2
+    assert "must look like module:function" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train"])  # argparse: the agent and --data are required
