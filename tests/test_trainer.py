@@ -107,6 +107,16 @@ def test_resume_continues_at_the_next_step(engine: Any, tmp_path: Path) -> None:
     assert [start["step"] for start in starts] == [0, 2]
 
 
+def test_time_budget_ends_the_run_after_the_step_that_uses_it_up(engine: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    config = small_config(run_dir, max_steps=50, max_time_s=0.001)
+    result = ls.Trainer(config=config, engine=engine).fit(solver, TASKS, val_dataset=TASKS[:2])
+
+    assert [record["step"] for record in read_metrics(run_dir) if "reward_mean" in record] == [1]
+    assert [path.name for path in (run_dir / "checkpoints").iterdir()] == ["step-00000001"]
+    assert result.final_eval is not None and lora_b_norm(result.adapter_path) > 0
+
+
 @ls.reward
 def fragile_reward(task: dict[str, Any], answer: str) -> float:
     if task["id"] % 4 == 1:

@@ -33,6 +33,7 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
         ({"group_size": 2.5}, "group_size=2.5 must be an integer"),
         ({"batch_size": 0}, "batch_size=0 is too small"),
         ({"max_steps": True}, "max_steps=True must be an integer"),
+        ({"max_time_s": 0}, "max_time_s=0 must be a positive number of seconds"),
         ({"micro_batch_size": 0}, "micro_batch_size=0 is too small"),
         ({"learning_rate": -1e-4}, "a negative learning rate climbs the loss"),
         ({"learning_rate": float("nan")}, "learning_rate=nan must be a finite number"),

@@ -39,6 +39,10 @@ class TrainerConfig:
     """Tasks per step; a step runs `batch_size * group_size` episodes."""
     max_steps: int = 50
     """Training steps of the run (the dataset is reshuffled and repeated as needed)."""
+    max_time_s: float | None = None
+    """Wall-clock budget of the training steps in seconds: the run ends after the step that uses it up,
+    then saves and evaluates as usual. `None`: only `max_steps` ends the run. A learning-rate decay still
+    spans `max_steps`."""
     shuffle: bool = True
     """Shuffle the training tasks (with `seed`) at the start of each pass over the dataset."""
     seed: int = 0

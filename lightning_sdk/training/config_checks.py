@@ -152,6 +152,16 @@ def _check_dr_grpo_length(config: Any) -> str | None:
     return None
 
 
+def _check_max_time(config: Any) -> str | None:
+    budget = config.max_time_s
+    if budget is None:
+        return None
+    is_number = isinstance(budget, (int, float)) and not isinstance(budget, bool)
+    if not is_number or not math.isfinite(budget) or budget <= 0:
+        return f"max_time_s={budget!r} must be a positive number of seconds, or None for no time limit."
+    return None
+
+
 def _check_grad_norm(config: Any) -> str | None:
     norm = config.max_grad_norm
     if norm is not None and (not math.isfinite(norm) or norm <= 0):
@@ -164,6 +174,7 @@ _CHECKS: list[Check] = [
     _check_group_size,
     _at_least("batch_size", 1, "a step needs at least one task"),
     _at_least("max_steps", 1, "the run must train at least one step"),
+    _check_max_time,
     _at_least("micro_batch_size", 1, "each forward pass needs at least one sequence"),
     _at_least("mini_batches_per_step", 1, "each step makes at least one optimizer step"),
     _at_least("lora_rank", 1, "a LoRA adapter needs rank >= 1"),
