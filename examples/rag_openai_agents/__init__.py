@@ -1,0 +1,1 @@
+"""Placeholder docstring, replaced by the example."""
