@@ -1,0 +1,161 @@
+"""The text-to-SQL agent: a LangGraph graph around a LangChain `ChatOpenAI` model, plus its reward.
+
+    write_query --> run_query --(SQL error, first attempt)--> write_query  (sees the error message)
+                             \\--(rows, or second failure)---> answer
+
+`write_query` is the only node that calls the model, so every recorded LLM call carries the agent name
+"write_query" (the LangGraph node name, via `lightning_sdk.integrations.langchain`). `answer` writes the
+rows as a sentence without a model call: the reward judges the query's result, and a 135M model spends
+its few tokens better on the SQL.
+
+The agent is what a user would write for any OpenAI-compatible model; the only training-specific parts
+are `@ls.trace_agent` on `sql_agent` and `@ls.reward` on `sql_reward`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+
+import lightning_sdk as ls
+from lightning_sdk.examples.sql_langchain.sql_tools import (
+    QueryResult,
+    describe_schema,
+    extract_sql,
+    results_match,
+    run_query,
+)
+from lightning_sdk.integrations.langchain import LightningCallbackHandler
+
+__all__ = ["AGENT_NAME", "MAX_ATTEMPTS", "build_graph", "chat_model", "prompt_messages", "sql_agent", "sql_reward"]
+
+AGENT_NAME = "write_query"
+"""The agent name on every recorded model call (the LangGraph node that makes them)."""
+MAX_ATTEMPTS = 2
+"""One query, and one revision after a SQL error."""
+MAX_TOKENS = 64
+"""A query fits in about 30 tokens; the cap stops a runaway reply early."""
+
+SYSTEM_PROMPT = """You write SQLite queries for this database:
+
+{schema}
+
+Answer each question with one SQL query in a ```sql block."""
+
+# Worked examples shown as earlier turns of the chat. Without them the 135M model answers in prose
+# ("The salary of Dora is 112000.") instead of writing SQL; with them it writes a ```sql block almost
+# every time. They use other questions than the templates, so the model still has to pick the table,
+# the column and the filter itself.
+FEW_SHOT: tuple[tuple[str, str], ...] = (
+    ("Which employee is 30 years old?", "SELECT name FROM employees WHERE age = 30"),
+    ("How many departments are on floor 3?", "SELECT COUNT(*) FROM departments WHERE floor = 3"),
+    ("What is the id of the employee called Anna?", "SELECT id FROM employees WHERE name = 'Anna'"),
+)
+
+REVISE_PROMPT = "That query failed with the error: {error}\nWrite a corrected query in a ```sql block."
+
+
+class SQLState(TypedDict, total=False):
+    """What flows through the graph."""
+
+    db_path: str
+    messages: list[dict[str, str]]
+    sql: str
+    result: QueryResult
+    attempts: int
+    answer: str
+
+
+@functools.lru_cache(maxsize=8)
+def _schema(db_path: str) -> str:
+    return describe_schema(db_path)
+
+
+def prompt_messages(db_path: str, question: str) -> list[dict[str, str]]:
+    """The chat of the first attempt: schema in the system prompt, worked examples, then the question."""
+    messages = [{"role": "system", "content": SYSTEM_PROMPT.format(schema=_schema(db_path))}]
+    for example_question, example_sql in FEW_SHOT:
+        messages.append({"role": "user", "content": example_question})
+        messages.append({"role": "assistant", "content": f"```sql\n{example_sql}\n```"})
+    messages.append({"role": "user", "content": question})
+    return messages
+
+
+def build_graph(model: BaseChatModel) -> Any:
+    """The compiled LangGraph graph of the agent, using `model` to write queries."""
+
+    def write_query(state: SQLState) -> SQLState:
+        messages = list(state["messages"])
+        result = state.get("result")
+        if result is not None and not result.ok:  # a revision: show the failed query and its error
+            messages.append({"role": "assistant", "content": f"```sql\n{state['sql']}\n```"})
+            messages.append({"role": "user", "content": REVISE_PROMPT.format(error=result.error)})
+        reply = model.invoke(messages)
+        return {"messages": messages, "sql": extract_sql(reply.text), "attempts": state.get("attempts", 0) + 1}
+
+    def run_sql(state: SQLState) -> SQLState:
+        return {"result": run_query(state["db_path"], state["sql"])}
+
+    def answer(state: SQLState) -> SQLState:
+        result = state["result"]
+        if not result.ok:
+            return {"answer": f"I could not answer: {result.error}"}
+        values = [", ".join(str(value) for value in row) for row in result.rows]
+        return {"answer": "; ".join(values) if values else "No rows match."}
+
+    def after_run(state: SQLState) -> str:
+        retry = not state["result"].ok and state["attempts"] < MAX_ATTEMPTS
+        return AGENT_NAME if retry else "answer"
+
+    graph = StateGraph(SQLState)
+    graph.add_node(AGENT_NAME, write_query)
+    graph.add_node("run_query", run_sql)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, AGENT_NAME)
+    graph.add_edge(AGENT_NAME, "run_query")
+    graph.add_conditional_edges("run_query", after_run, [AGENT_NAME, "answer"])
+    graph.add_edge("answer", END)
+    return graph.compile()
+
+
+def chat_model(llm: ls.LLMEndpoint | None = None) -> ChatOpenAI:
+    """`ChatOpenAI` on the given endpoint, or on OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL."""
+    if llm is None:
+        llm = ls.LLMEndpoint(
+            base_url=os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+            api_key=os.environ.get("OPENAI_API_KEY", ""),
+            model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
+        )
+    return ChatOpenAI(
+        model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
+        temperature=0.0, max_tokens=MAX_TOKENS, max_retries=1,
+    )  # fmt: skip
+
+
+@ls.reward
+def sql_reward(task: dict[str, Any], result: QueryResult | None) -> float:
+    """1 when the agent's final query returns the gold query's rows (see `results_match`), else 0."""
+    if result is None or not result.ok:
+        return 0.0
+    gold = run_query(task["db_path"], task["gold_sql"])
+    if not gold.ok:
+        raise RuntimeError(f"the gold query of task {task['id']} failed: {gold.error}")
+    return float(results_match(result.rows, gold.rows, ordered=task.get("ordered", False)))
+
+
+@ls.trace_agent(name="sql_agent")
+def sql_agent(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> dict[str, Any]:
+    """Answer `task["question"]` over the database at `task["db_path"]` by writing and running SQL."""
+    graph = build_graph(chat_model(llm))
+    state = graph.invoke(
+        {"db_path": task["db_path"], "messages": prompt_messages(task["db_path"], task["question"])},
+        config={"callbacks": [LightningCallbackHandler()]},
+    )
+    result = state["result"]
+    sql_reward(task, result)
+    return {"answer": state["answer"], "sql": state["sql"], "error": result.error, "attempts": state["attempts"]}
