@@ -65,3 +65,28 @@ async def test_transformers_engine_stream_matches_generate(transformers_engine, 
         text += delta.text
     assert ids == expected.completions[0].token_ids
     assert text == expected.completions[0].text
+
+
+@pytest.mark.parametrize("engine_fixture", ["vllm_engine", "transformers_engine"])
+async def test_greedy_n_returns_the_greedy_completion_n_times(
+    request, engine_fixture, chat_prompt_ids
+) -> None:
+    # vLLM itself refuses n > 1 with temperature 0; both engines decode once and hand the completion out n
+    # times, in blocking, awaited and streamed requests alike.
+    engine = request.getfixturevalue(engine_fixture)
+    prompt = chat_prompt_ids([{"role": "user", "content": "Name a fruit."}])
+    [single] = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=10))
+    expected = single.completions[0]
+    params = SamplingParams(temperature=0, max_tokens=10, n=3, top_logprobs=1)
+    [batched] = engine.generate([prompt], params)
+    awaited = await engine.agenerate(prompt, params)
+    streamed: dict[int, list[int]] = {}
+    async for delta in engine.astream(prompt, params):
+        streamed.setdefault(delta.index, []).extend(delta.token_ids)
+    for result in (batched, awaited):
+        assert [c.index for c in result.completions] == [0, 1, 2]
+        for completion in result.completions:
+            assert completion.token_ids == expected.token_ids and completion.text == expected.text
+            assert completion.logprobs == pytest.approx(expected.logprobs)
+            assert len(completion.top_logprobs) == len(completion.token_ids)
+    assert streamed == {0: expected.token_ids, 1: expected.token_ids, 2: expected.token_ids}

@@ -51,6 +51,38 @@ def test_adapter_update_changes_greedy_output_and_reverts(
     assert restored.completions[0].token_ids == before.completions[0].token_ids
 
 
+def test_in_place_adapter_writes_match_a_full_reload(
+    vllm_engine, bundled_model, lora_adapter_dir, tmp_path, chat_prompt_ids
+) -> None:
+    # load_adapter writes only the layers an adapter targets (q/k/v and gate/up fused as vLLM stores them)
+    # and puts back the base weights of layers only the previous adapter changed; update_weights goes
+    # through vLLM's reload of every weight. Both must serve the very same model.
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_pretrained(bundled_model.path, dtype=torch.float32)
+    config = LoraConfig(
+        r=4, target_modules=["k_proj", "o_proj", "gate_proj", "up_proj"], init_lora_weights=False
+    )
+    get_peft_model(model, config).save_pretrained(tmp_path / "other")
+    prompt = chat_prompt_ids(QUESTION)
+    params = SamplingParams(temperature=0, max_tokens=24, top_logprobs=1)
+    base = load_safetensors_folder(bundled_model.path)
+    try:
+        for version, adapter in enumerate((lora_adapter_dir, tmp_path / "other", lora_adapter_dir)):
+            vllm_engine.load_adapter(adapter, version=version)  # from the previous adapter, in place
+            written = vllm_engine.generate([prompt], params)[0].completions[0]
+            vllm_engine.update_weights(merge_lora_adapter(base, adapter), version="reloaded")
+            reloaded = vllm_engine.generate([prompt], params)[0].completions[0]
+            assert written.token_ids == reloaded.token_ids
+            assert written.logprobs == pytest.approx(reloaded.logprobs, abs=1e-6)
+            vllm_engine.load_adapter(adapter, version=version)  # a full push: the state was replaced
+    finally:
+        vllm_engine.load_adapter(None, version=None)
+
+
 def test_full_weight_push_takes_effect(vllm_engine, bundled_model, chat_prompt_ids) -> None:
     import torch
 

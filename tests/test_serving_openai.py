@@ -109,6 +109,27 @@ def test_streamed_chat_chunks_carry_ids(served_endpoint) -> None:
     assert usage.completion_tokens == len(ids[0]) + len(ids[1])
 
 
+def test_greedy_chat_with_n_returns_n_equal_choices(served_endpoint) -> None:
+    # OpenAI accepts temperature=0 with n > 1 (agents evaluated greedily with a group size do this); vLLM
+    # on its own answers "n must be 1 when using greedy sampling".
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client(max_retries=0)
+    ask = {"model": endpoint.model, "messages": QUESTION, "max_tokens": 12, "temperature": 0}
+    single = client.chat.completions.create(**ask).choices[0]
+    reply = client.chat.completions.create(**ask, n=3)
+    assert [choice.index for choice in reply.choices] == [0, 1, 2]
+    for choice in reply.choices:
+        assert choice.token_ids == single.token_ids
+        assert choice.message.content == single.message.content
+        assert choice.token_logprobs == pytest.approx(single.token_logprobs)
+    assert reply.usage.completion_tokens == 3 * len(single.token_ids)
+    streamed: dict[int, list[int]] = {0: [], 1: []}
+    for chunk in client.chat.completions.create(**ask, n=2, stream=True):
+        for choice in chunk.choices:
+            streamed[choice.index] += getattr(choice, "token_ids", None) or []
+    assert streamed == {0: single.token_ids, 1: single.token_ids}
+
+
 async def test_32_concurrent_chats_all_succeed(served_endpoint) -> None:
     endpoint = served_endpoint.endpoint
     client = endpoint.async_openai_client()

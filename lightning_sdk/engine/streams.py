@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import queue
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lightning_sdk.engine.types import Completion, CompletionDelta, GenerationResult, WeightVersion
 
@@ -24,10 +24,15 @@ class RequestStream:
 
     Created on the caller's side: `asynchronous=True` delivers the deltas to the running event loop (for
     `async for`), otherwise to a blocking queue (for `wait()`, even when called from inside an event loop).
-    `push`, `finish` and `fail` are called from the worker thread.
+    `push`, `finish` and `fail` are called from the worker thread. With `copies > 1` the worker decodes one
+    completion (index 0) and every delta reaches the consumer once per index `0 .. copies - 1` (greedy
+    requests with `n > 1`, see `SamplingParams.distinct_samples`).
     """
 
-    def __init__(self, asynchronous: bool, on_cancel: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, asynchronous: bool, on_cancel: Callable[[], None] | None = None, copies: int = 1
+    ) -> None:
+        self._copies = copies
         self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop() if asynchronous else None
         self._async_queue: asyncio.Queue[object] | None = asyncio.Queue() if self._loop else None
         self._sync_queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -39,7 +44,19 @@ class RequestStream:
     # -- worker side -------------------------------------------------------------------------------------
     def push(self, delta: CompletionDelta) -> None:
         """Deliver new tokens."""
-        self._deliver(delta)
+        if self._copies == 1:
+            self._deliver(delta)
+            return
+        for index in range(self._copies):  # own lists per copy, so consumers never share mutable state
+            self._deliver(
+                replace(
+                    delta,
+                    index=index,
+                    token_ids=list(delta.token_ids),
+                    logprobs=list(delta.logprobs),
+                    top_logprobs=None if delta.top_logprobs is None else list(delta.top_logprobs),
+                )
+            )
 
     def finish(self) -> None:
         """Every completion of the request is done."""

