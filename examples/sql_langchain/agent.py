@@ -32,7 +32,15 @@ from lightning_sdk.examples.sql_langchain.sql_tools import (
 )
 from lightning_sdk.integrations.langchain import LightningCallbackHandler
 
-__all__ = ["AGENT_NAME", "MAX_ATTEMPTS", "build_graph", "chat_model", "prompt_messages", "sql_agent", "sql_reward"]
+__all__ = [
+    "AGENT_NAME",
+    "MAX_ATTEMPTS",
+    "build_graph",
+    "chat_model",
+    "prompt_messages",
+    "sql_agent",
+    "sql_reward",
+]
 
 AGENT_NAME = "write_query"
 """The agent name on every recorded model call (the LangGraph node that makes them)."""
@@ -96,7 +104,11 @@ def build_graph(model: BaseChatModel) -> Any:
             messages.append({"role": "assistant", "content": f"```sql\n{state['sql']}\n```"})
             messages.append({"role": "user", "content": REVISE_PROMPT.format(error=result.error)})
         reply = model.invoke(messages)
-        return {"messages": messages, "sql": extract_sql(reply.text), "attempts": state.get("attempts", 0) + 1}
+        return {
+            "messages": messages,
+            "sql": extract_sql(reply.text),
+            "attempts": state.get("attempts", 0) + 1,
+        }
 
     def run_sql(state: SQLState) -> SQLState:
         return {"result": run_query(state["db_path"], state["sql"])}
@@ -158,4 +170,9 @@ def sql_agent(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> dict[s
     )
     result = state["result"]
     sql_reward(task, result)
-    return {"answer": state["answer"], "sql": state["sql"], "error": result.error, "attempts": state["attempts"]}
+    return {
+        "answer": state["answer"],
+        "sql": state["sql"],
+        "error": result.error,
+        "attempts": state["attempts"],
+    }

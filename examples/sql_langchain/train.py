@@ -34,9 +34,10 @@ def make_config(steps: int, run_dir: str | None, **overrides: Any) -> Any:
 
 
 def train(
-    steps: int = 30,
+    steps: int = 20,
     run_dir: str | None = None,
     *,
+    model: str | None = None,
     engine: Any = "auto",
     data_dir: str | Path | None = None,
     data_seed: int = 0,
@@ -50,6 +51,7 @@ def train(
     Args:
         steps: training steps.
         run_dir: run folder (default: `runs/<date-time>`).
+        model: `None` for the bundled SmolLM2-135M-Instruct, or a Hugging Face folder or Hub id.
         engine: `"auto"`, or an engine you already started (the tests share one).
         data_dir: where to build the database (default: the SDK's cache folder).
         data_seed: seed of the database rows and of the train/test split.
@@ -68,7 +70,7 @@ def train(
     if train_size is not None:
         train_tasks = train_tasks[:train_size]
     config = make_config(steps, run_dir, **overrides)
-    result = Trainer(config=config, engine=engine).fit(sql_agent, train_tasks, val_dataset=test_tasks)
+    result = Trainer(model, config=config, engine=engine).fit(sql_agent, train_tasks, val_dataset=test_tasks)
     nan = float("nan")
     summary = {
         "base_reward": result.initial_eval["reward"] if result.initial_eval else nan,
@@ -88,8 +90,9 @@ def train(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30, help="training steps (default: 30)")
+    parser.add_argument("--steps", type=int, default=20, help="training steps (default: 20)")
     parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<date-time>)")
+    parser.add_argument("--model", default=None, help="Hugging Face model (default: the bundled 135M model)")
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"], help="questions per step")
     parser.add_argument("--group-size", type=int, default=DEFAULTS["group_size"], help="queries per question")
     parser.add_argument("--test-size", type=int, default=48, help="about how many held-out questions")
@@ -97,7 +100,7 @@ def main() -> None:
     parser.add_argument("--no-curve", action="store_true", help="do not copy the curve into the example")
     args = parser.parse_args()
     summary = train(
-        steps=args.steps, run_dir=args.run_dir, data_dir=args.data_dir, test_size=args.test_size,
+        steps=args.steps, run_dir=args.run_dir, model=args.model, data_dir=args.data_dir, test_size=args.test_size,
         curve_to=None if args.no_curve else EXAMPLE_DIR / "reward_curve.png",
         batch_size=args.batch_size, group_size=args.group_size,
     )  # fmt: skip
