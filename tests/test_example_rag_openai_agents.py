@@ -51,7 +51,9 @@ def agents_instrumentation() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def world_tasks(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def world_tasks(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return build_tasks(tmp_path_factory.mktemp("corpus"), seed=0, test_size=None)
 
 
@@ -71,7 +73,9 @@ def test_world_is_reproducible_from_its_seed() -> None:
 
 def test_every_name_is_a_distinct_word() -> None:
     world = make_world(0)
-    words = [c.name.split()[0] for c in world.companies] + [c.founder.name.split()[1] for c in world.companies]
+    words = [c.name.split()[0] for c in world.companies] + [
+        c.founder.name.split()[1] for c in world.companies
+    ]
     words += list(world.cities)
     assert len(set(words)) == len(words)  # a search for one entity never matches another by name
 
@@ -152,7 +156,9 @@ def test_token_f1_with_squad_normalisation() -> None:
     assert token_f1("Petra Naklair", "Petra Naklair") == 1.0
     assert token_f1("the petra naklair.", "Petra Naklair") == 1.0
     assert token_f1("Petra", "Petra Naklair") == pytest.approx(2 / 3)
-    assert token_f1("Mesos was founded by Petra Naklair", "Petra Naklair") == pytest.approx(2 * (2 / 6) / (1 + 2 / 6))
+    assert token_f1("Mesos was founded by Petra Naklair", "Petra Naklair") == pytest.approx(
+        2 * (2 / 6) / (1 + 2 / 6)
+    )
     assert token_f1("Lunport", "Petra Naklair") == 0.0
     assert token_f1(None, "Petra Naklair") == 0.0 and token_f1("", "x") == 0.0
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from agents import (
     Agent,
+    FunctionTool,
     MaxTurnsExceeded,
     ModelSettings,
-    FunctionTool,
     OpenAIChatCompletionsModel,
     Runner,
 )
@@ -47,8 +47,8 @@ INSTRUCTIONS = "Answer questions about companies and people. Search first, then 
 
 DEMONSTRATIONS = (
     ("Who founded Quillon Works?", "Quillon Works",
-     "Quillon Works is a company that makes iron kettles. Quillon Works was founded by Ada Quimby in 1901. "
-     "The headquarters of Quillon Works are in Quarrymouth.", "Ada Quimby"),
+     ("Quillon Works is a company that makes iron kettles. Quillon Works was founded by Ada Quimby in 1901. "
+      "The headquarters of Quillon Works are in Quarrymouth."), "Ada Quimby"),
     ("In which city was Quentin Aquilo born?", "Quentin Aquilo",
      "Quentin Aquilo is a glazier. Quentin Aquilo was born in Quayside.", "Quayside"),
 )  # fmt: skip
@@ -133,7 +133,9 @@ async def rag_agent(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> 
     async with client:
         try:
             conversation = [*demonstration(), {"role": "user", "content": task["question"]}]
-            result = await Runner.run(build_agent(client, model), conversation, context=corpus, max_turns=MAX_TURNS)
+            result = await Runner.run(
+                build_agent(client, model), conversation, context=corpus, max_turns=MAX_TURNS
+            )
             answer = str(result.final_output or "")
         except MaxTurnsExceeded:
             answer = ""  # kept searching without answering: scored 0, so the calls still teach

@@ -19,9 +19,9 @@ from lightning_sdk.examples.rag_openai_agents.search import build_index
 
 __all__ = [
     "Company",
-    "build_tasks",
     "Person",
     "World",
+    "build_tasks",
     "make_questions",
     "make_world",
     "passages",
@@ -207,4 +207,6 @@ def build_tasks(
     index = build_index(Path(folder) / f"encyclopedia-{seed}.sqlite", passages(world))
     train, test = split_tasks(world, two_hop_fraction=two_hop_fraction, seed=seed)
     test = test[:test_size] if test_size is not None else test
-    return [{**task, "corpus": str(index)} for task in train], [{**task, "corpus": str(index)} for task in test]
+    return [{**task, "corpus": str(index)} for task in train], [
+        {**task, "corpus": str(index)} for task in test
+    ]

@@ -15,9 +15,13 @@ from pathlib import Path
 __all__ = ["Corpus", "build_index", "fts_query"]
 
 _STOPWORDS = frozenset(
-    "a an and are as at by did does do for from has have in is it of on or the to was were what when where which "
-    "who whom whose why how city year founded founder born make makes made headquarters company".split()
-)
+    {
+        "a", "an", "and", "are", "as", "at", "by", "did", "does", "do", "for", "from", "has", "have", "in",
+        "is", "it", "of", "on", "or", "the", "to", "was", "were", "what", "when", "where", "which", "who",
+        "whom", "whose", "why", "how", "city", "year", "founded", "founder", "born", "make", "makes", "made",
+        "headquarters", "company",
+    }
+)  # fmt: skip
 """Words that appear in every question or every entry; searching for them only adds noise."""
 _WORD = re.compile(r"[A-Za-z0-9]+")
 

@@ -86,7 +86,9 @@ def main() -> None:
         steps=args.steps, run_dir=args.run_dir, test_size=args.test_size,
         batch_size=args.batch_size, group_size=args.group_size,
     )  # fmt: skip
-    print(f"held-out token F1 (greedy): base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}")
+    print(
+        f"held-out token F1 (greedy): base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}"
+    )
     print(f"run folder: {summary['run_dir']}\nreport: {summary['report']}")
 
 
