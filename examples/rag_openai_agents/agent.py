@@ -8,8 +8,11 @@ Adapted for the bundled 135M model (see the README for what the base model did w
 - the first turn must call `search` (`tool_choice="search"`): the server then starts the reply with the
   call's opening, so the model only writes the query; the SDK resets the choice after the call, and the
   model may search again or answer;
-- the search returns only the two best entries, in plain short sentences;
-- the instructions ask for the bare answer, and `max_tokens` is small.
+- two worked examples (search, then a bare answer) come before the question;
+- the tool's schema is written by hand (one `query` string), and a malformed call gets a one-line
+  usage hint back instead of the SDK's generic error;
+- the search returns only the best entry, in plain short sentences;
+- the instructions are one line asking for the bare answer, and `max_tokens` is small.
 """
 
 from __future__ import annotations
