@@ -55,10 +55,19 @@ OFFLINE_ENV = {
 # --- the task, shared by both sides and the evaluation -------------------------------------------------
 
 
+PROMPT = "What is {a} + {b}? Reply with only the number."
+
+
+def make_tasks(count: int, seed: int) -> list[dict[str, int]]:
+    """`count` addition tasks with A and B in 10..99, reproducible from `seed`."""
+    import random
+
+    rng = random.Random(seed)
+    return [{"a": rng.randint(10, 99), "b": rng.randint(10, 99)} for _ in range(count)]
+
+
 def task_split(seed: int) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
     """Training tasks and held-out tasks; no held-out (A, B) pair appears in training."""
-    from lightning_sdk.quickstart import make_tasks
-
     heldout = make_tasks(HELDOUT_TASKS, seed=seed + 2)
     seen = {(task["a"], task["b"]) for task in heldout}
     candidates = make_tasks(2 * TRAIN_TASKS, seed=seed + 1)
@@ -67,15 +76,13 @@ def task_split(seed: int) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
 
 def exact_reward(task: dict[str, int], reply: str | None) -> float:
     """1 when the first integer of the reply is A + B, else 0 (no partial credit)."""
-    from lightning_sdk.quickstart import integers
+    import re
 
-    numbers = integers(reply)
+    numbers = [int(number) for number in re.findall(r"-?\d+", reply or "")]
     return 1.0 if numbers and numbers[0] == task["a"] + task["b"] else 0.0
 
 
 def question(task: dict[str, int]) -> str:
-    from lightning_sdk.quickstart import PROMPT
-
     return PROMPT.format(**task)
 
 

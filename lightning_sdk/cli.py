@@ -16,13 +16,18 @@ __all__ = ["main"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `lightning-sdk` command."""
+    from lightning_sdk.quickstart import QUICKSTART
     from lightning_sdk.serving.cli import add_serve_arguments, run_serve
 
     parser = argparse.ArgumentParser(prog="lightning-sdk", description="Train existing AI agents with RL.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    quickstart = commands.add_parser("quickstart", help="Train a small addition agent on the bundled model.")
-    quickstart.add_argument("--steps", type=int, default=30, help="Training steps (default: 30).")
+    quickstart = commands.add_parser(
+        "quickstart",
+        help="Train the calculator agent (AutoGen + a calculator tool) on the bundled model in about 10 minutes.",
+    )
+    quickstart.add_argument("--steps", type=int, default=QUICKSTART["steps"],
+                            help=f"Training steps (default: {QUICKSTART['steps']}).")  # fmt: skip
     quickstart.add_argument("--run-dir", default=None, help="Run folder (default: runs/<date-time>).")
     quickstart.set_defaults(handler=_run_quickstart)
 
@@ -59,11 +64,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run_quickstart(args: argparse.Namespace) -> int:
     from lightning_sdk.quickstart import run_quickstart
 
-    summary = run_quickstart(steps=args.steps, run_dir=args.run_dir)
-    print(f"\nheld-out reward (greedy):      base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}")
-    print(f"answers leading with the sum:  base {summary['base_exact']:.3f} -> trained {summary['trained_exact']:.3f}")
-    print(f"adapter: {summary['adapter']}\nreport:  {summary.get('report')}")
+    _print_quickstart_summary(run_quickstart(steps=args.steps, run_dir=args.run_dir))
     return 0
+
+
+def _print_quickstart_summary(summary: dict[str, Any]) -> None:
+    print(f"\nheld-out reward (greedy, word problems solved): base {summary['base_reward']:.3f} "
+          f"-> trained {summary['trained_reward']:.3f} after {summary['steps']} steps "
+          f"({summary['wall_time_s'] / 60:.1f} min)")  # fmt: skip
+    print(f"adapter: {summary['adapter']}\nreport:  {summary.get('report')}")
 
 
 def _run_train(args: argparse.Namespace) -> int:

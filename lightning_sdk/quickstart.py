@@ -1,83 +1,55 @@
-"""The quickstart: teach the bundled 135M model to add two-digit numbers, on a CPU, in a few minutes.
+"""The quickstart: train the calculator agent (an AutoGen assistant with a calculator tool) briefly, on a CPU.
 
-The agent is an ordinary openai-client function with the two decorators; nothing in it knows about
-training. `lightning-sdk quickstart` (and `make demo`) trains it and prints base vs trained accuracy.
+`lightning-sdk quickstart` (and `make demo`) runs `examples/calc_autogen` with a short configuration
+that fits in about ten minutes on two CPU cores, engine start and both evaluations included, and prints
+the held-out reward of the base model and of the trained one. The agent is ordinary AutoGen code with
+the two decorators (see `lightning_sdk/examples/calc_autogen/agent.py`).
 """
 
 from __future__ import annotations
 
-import random
-import re
+from pathlib import Path
 from typing import Any
 
-import openai
+__all__ = ["QUICKSTART", "run_quickstart"]
 
-from lightning_sdk.tracing.decorators import reward, trace_agent
+QUICKSTART: dict[str, Any] = {"steps": 12, "test_size": 48, "eval_every": 0, "max_time_s": 390.0}
+"""The short configuration: fewer steps and held-out problems than the example's own defaults and no
+evaluation between the first and the last. On an idle 2-core machine the 12 steps take about 5 minutes;
+`max_time_s` ends training earlier on a busy machine, so the whole run stays within about ten minutes."""
 
-__all__ = ["addition_agent", "addition_reward", "integers", "make_tasks", "run_quickstart"]
-
-PROMPT = "What is {a} + {b}? Reply with only the number."
-
-
-def make_tasks(count: int, seed: int) -> list[dict[str, int]]:
-    """`count` addition tasks with A and B in 10..99, reproducible from `seed`."""
-    rng = random.Random(seed)
-    return [{"a": rng.randint(10, 99), "b": rng.randint(10, 99)} for _ in range(count)]
+_INSTALL_HINT = (
+    "The quickstart trains an AutoGen agent, but AutoGen is not installed ({error}). "
+    "Install it with: pip install -e '.[autogen]' (or pip install 'lightning-sdk[autogen]')."
+)
 
 
-def integers(text: str | None) -> list[int]:
-    """The integers in a reply, in order."""
-    return [int(number) for number in re.findall(r"-?\d+", text or "")]
+def run_quickstart(
+    steps: int = QUICKSTART["steps"],
+    run_dir: str | Path | None = None,
+    *,
+    report: bool = True,
+    engine: Any = "auto",
+    **options: Any,
+) -> dict[str, Any]:
+    """Train the calculator agent for `steps` steps; return base and trained held-out reward and paths.
 
+    Args:
+        steps: GRPO steps.
+        run_dir: the run folder (default: `runs/<date-time>`).
+        report: write `report.html` with the curves and sample episodes into the run folder.
+        engine: `"auto"`, or an engine you built (it is used as is).
+        options: other arguments of `lightning_sdk.examples.calc_autogen.train.train` (e.g. `test_size`).
 
-@reward
-def addition_reward(task: dict[str, int], answer: str | None) -> float:
-    """1 when the reply leads with the sum, 0.5 when the sum appears later in it, else 0.
-
-    The half credit matters for a 135M model: it almost never answers with the bare number at first,
-    but it does write "48 + 11 = 59" now and then, and RL needs some reward spread to start from.
+    Raises:
+        ImportError: when AutoGen is not installed; the message names the install command.
     """
-    numbers, total = integers(answer), task["a"] + task["b"]
-    if numbers and numbers[0] == total:
-        return 1.0
-    return 0.5 if total in numbers else 0.0
+    try:
+        import autogen_agentchat  # noqa: F401 - checked here so the error names the extra to install
+        import autogen_ext.models.openai  # noqa: F401
+    except ImportError as error:
+        raise ImportError(_INSTALL_HINT.format(error=error)) from error
+    from lightning_sdk.examples.calc_autogen.train import train
 
-
-@trace_agent(name="adder")
-def addition_agent(task: dict[str, int]) -> str | None:
-    """Ask the model for the sum. The client reads OPENAI_BASE_URL / OPENAI_API_KEY, set by the trainer."""
-    client = openai.OpenAI()
-    reply = client.chat.completions.create(
-        model="default",
-        messages=[{"role": "user", "content": PROMPT.format(**task)}],
-        max_tokens=16,
-        temperature=0.0,  # the trainer samples at its own temperature during rollouts
-    )
-    answer = reply.choices[0].message.content
-    addition_reward(task, answer)
-    return answer
-
-
-def run_quickstart(steps: int = 30, run_dir: str | None = None, report: bool = True) -> dict[str, Any]:
-    """Train the addition agent briefly; return base and trained held-out reward (greedy) and exact-answer rate."""
-    from lightning_sdk.training.config import TrainerConfig
-    from lightning_sdk.training.trainer import Trainer
-
-    config = TrainerConfig(group_size=8, batch_size=4, max_steps=steps, max_tokens=16, learning_rate=2e-4,
-                           temperature=0.7, eval_every=10, save_every=10, run_dir=run_dir, seed=0)  # fmt: skip
-    train_tasks, test_tasks = make_tasks(512, seed=1), make_tasks(64, seed=2)
-    result = Trainer(config=config).fit(addition_agent, train_tasks, val_dataset=test_tasks)
-    nan = float("nan")
-    summary = {
-        "base_reward": result.initial_eval["reward"] if result.initial_eval else nan,
-        "trained_reward": result.final_eval["reward"] if result.final_eval else nan,
-        "base_exact": result.initial_eval["success_rate"] if result.initial_eval else nan,
-        "trained_exact": result.final_eval["success_rate"] if result.final_eval else nan,
-        "run_dir": str(result.run_dir),
-        "adapter": str(result.adapter_path),
-    }
-    if report:
-        from lightning_sdk.training.report import write_report
-
-        summary["report"] = str(write_report(result.run_dir))
-    return summary
+    settings = {**QUICKSTART, **options, "steps": steps}
+    return train(run_dir=run_dir, report=report, engine=engine, **settings)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,9 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_train_then_report_from_the_command_line(tmp_path: Path) -> None:
     data = tmp_path / "tasks.jsonl"
-    data.write_text("".join(json.dumps({"question": f"Name an animal, number {i}."}) + "\n" for i in range(4)))
+    data.write_text(
+        "".join(json.dumps({"question": f"Name an animal, number {i}."}) + "\n" for i in range(4))
+    )
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"group_size": 2, "batch_size": 2, "max_tokens": 6, "progress_bar": False}))
     run_dir = tmp_path / "run"
@@ -55,3 +58,38 @@ def test_bad_arguments_get_a_clear_message(tmp_path: Path, capsys: pytest.Captur
     assert "must look like module:function" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train"])  # argparse: the agent and --data are required
+
+
+def test_quickstart_without_autogen_names_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "autogen_agentchat", None)  # makes `import autogen_agentchat` fail
+    assert main(["quickstart", "--steps", "1"]) == 2
+    assert "pip install -e '.[autogen]'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def engine(vllm_engine: Any) -> Any:
+    yield vllm_engine
+    vllm_engine.load_adapter(None, version=None)  # base weights back for the next test
+
+
+@pytest.mark.slow
+def test_quickstart_trains_the_calculator_agent_and_reports(
+    engine: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lightning_sdk.cli import _print_quickstart_summary
+    from lightning_sdk.integrations.autogen import uninstrument_autogen
+    from lightning_sdk.quickstart import run_quickstart
+
+    try:  # the quickstart's own configuration, shrunk to one small step on the session's engine
+        summary = run_quickstart(1, tmp_path / "run", engine=engine, test_size=4, batch_size=2, group_size=2)
+    finally:
+        uninstrument_autogen()
+    assert summary["steps"] == 1 and 0 <= summary["base_reward"] <= 1 and 0 <= summary["trained_reward"] <= 1
+    assert (
+        "<b>math_solver</b>" in (tmp_path / "run" / "report.html").read_text()
+    )  # the agent's sample episodes
+    _print_quickstart_summary(summary)
+    printed = capsys.readouterr().out
+    assert f"base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}" in printed
