@@ -29,9 +29,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_train_then_report_from_the_command_line(tmp_path: Path) -> None:
     data = tmp_path / "tasks.jsonl"
-    data.write_text(
-        "".join(json.dumps({"question": f"Name an animal, number {i}."}) + "\n" for i in range(4))
-    )
+    data.write_text("".join(json.dumps({"question": f"Name an animal, number {i}."}) + "\n" for i in range(4)))
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"group_size": 2, "batch_size": 2, "max_tokens": 6, "progress_bar": False}))
     run_dir = tmp_path / "run"
