@@ -27,8 +27,8 @@ def make_config(steps: int, run_dir: str | None, **overrides: Any) -> Any:
         # Prompts are ~500 tokens (tool description and worked examples): small micro-batches keep the
         # training forward pass (logits over a 49k vocabulary) within a few GiB.
         "micro_batch_size": 2,
-        # A safety net on a busy machine: the run stops after the step that passes 25 minutes.
-        "max_time_s": 1500.0,
+        # A safety net on a busy machine: the run stops after the step that passes 20 minutes.
+        "max_time_s": 1200.0,
     }  # fmt: skip
     return TrainerConfig(**{**fields, **overrides})
 
