@@ -18,14 +18,14 @@ __all__ = ["DEFAULTS", "train"]
 
 HERE = Path(__file__).resolve().parent
 DEFAULTS: dict[str, Any] = {
-    "steps": 30,
+    "steps": 20,
     "batch_size": 4,
     "group_size": 8,
     "learning_rate": 2e-4,
     "temperature": 0.7,
     "train_size": 400,
     "test_size": 64,
-    "eval_every": 5,
+    "eval_every": 4,
 }
 """The measured configuration (README.md)."""
 
