@@ -109,7 +109,9 @@ def test_two_hop_answer_is_not_in_the_company_entry() -> None:
     world = make_world(0)
     entries = dict(passages(world))
     hidden = [c for c in world.companies if c.founder.birth_city not in entries[c.name]]
-    assert hidden  # for these, the second lookup (the founder's entry) is needed
+    # The company's entry gives the answer only when its headquarters city happens to be the founder's
+    # birth city (1 in 40); for the others the second lookup (the founder's entry) is needed.
+    assert len(hidden) >= 0.9 * len(world.companies)
     assert all(c.name not in entries[c.founder.name] for c in world.companies)
 
 
