@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -46,14 +47,26 @@ def render(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def median_rate(run: Any, repeats: int) -> float:
-    """Median tokens/s over `repeats` runs of `run() -> (tokens, seconds)`, after one warm-up run."""
-    run()
-    rates = []
-    for _ in range(repeats):
-        tokens, seconds = run()
-        rates.append(tokens / seconds)
-    return statistics.median(rates)
+def rates(
+    runs: dict[str, Any], repeats: int, counts: tuple[int, ...] = CONCURRENCY
+) -> dict[str, dict[int, list[float]]]:
+    """tokens/s of `repeats` runs per row and concurrency, for rows `{name: run(count) -> (tokens, s)}`.
+
+    Everything runs once first (warm-up): an engine's first batches of a new size pay one-off costs
+    (KV-cache pages touched for the first time, kernels planned per batch shape), which used to land in
+    whatever was measured first. Then, per concurrency and repeat, the rows run back to back, so a
+    change of background load hits every row alike instead of one row's whole column.
+    """
+    for count in counts:
+        for run in runs.values():
+            run(count)
+    samples: dict[str, dict[int, list[float]]] = {name: {c: [] for c in counts} for name in runs}
+    for count in counts:
+        for _ in range(repeats):
+            for name, run in runs.items():
+                tokens, seconds = run(count)
+                samples[name][count].append(tokens / seconds)
+    return samples
 
 
 def engine_direct(engine: VLLMEngine, prompts: list[list[int]], max_tokens: int) -> tuple[int, float]:
@@ -117,7 +130,7 @@ def transformers_generate(
 
 def async_llm_direct(
     model_path: Path, prompts: list[list[int]], max_tokens: int, repeats: int
-) -> dict[int, float]:
+) -> dict[int, list[float]]:
     """vLLM's AsyncLLM (engine core in a child process), same settings as VLLMEngine on CPU."""
     from vllm import SamplingParams as VSamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -149,13 +162,13 @@ def async_llm_direct(
             tokens = sum(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts[:count]))))
             return tokens, time.perf_counter() - started
 
-        rates = {}
+        by_count = {}
         for count in CONCURRENCY:
             await run(count)
             samples = [await run(count) for _ in range(repeats)]
-            rates[count] = statistics.median(t / s for t, s in samples)
+            by_count[count] = [t / s for t, s in samples]
         engine.shutdown()
-        return rates
+        return by_count
 
     return asyncio.run(main())
 
@@ -184,11 +197,6 @@ def update_latency(engine: VLLMEngine, adapter: Path, repeats: int) -> float:
     return statistics.median(samples[1:])
 
 
-def rate_per_concurrency(run: Any, repeats: int, counts: tuple[int, ...] = CONCURRENCY) -> dict[int, float]:
-    """`{count: median tokens/s}` for `run(count) -> (tokens, seconds)`."""
-    return {count: median_rate(lambda count=count: run(count), repeats) for count in counts}
-
-
 def measure_vllm(model: Any, args: argparse.Namespace, options: dict, adapter: Path) -> dict[str, Any]:
     """The default engine: direct vs app at each concurrency, then the merged-adapter update."""
     started = time.perf_counter()
@@ -196,18 +204,20 @@ def measure_vllm(model: Any, args: argparse.Namespace, options: dict, adapter: P
     startup = time.perf_counter() - started
     messages = chats(max(CONCURRENCY))
     prompts = [render(engine.tokenizer, m) for m in messages]
-    rows = {}
+
+    def direct(count: int) -> tuple[int, float]:
+        return engine_direct(engine, prompts[:count], args.max_tokens)
+
     with start_server(engine) as server:
-        rows["engine direct"] = rate_per_concurrency(
-            lambda c: engine_direct(engine, prompts[:c], args.max_tokens), args.repeats
-        )
-        rows["app (HTTP)"] = rate_per_concurrency(
-            lambda c: through_app(server.endpoint, messages[:c], args.max_tokens), args.repeats
+        rows = rates(
+            {
+                "engine direct": direct,
+                "app (HTTP)": lambda c: through_app(server.endpoint, messages[:c], args.max_tokens),
+            },
+            args.repeats,
         )
     merge_seconds = update_latency(engine, adapter, args.repeats)
-    rows["engine direct, adapter merged in"] = rate_per_concurrency(
-        lambda c: engine_direct(engine, prompts[:c], args.max_tokens), args.repeats, (32,)
-    )
+    rows |= rates({"engine direct, adapter merged in": direct}, args.repeats, (32,))
     engine.shutdown()
     return {"startup_s": startup, "rows": rows, "merge_update_s": merge_seconds, "prompts": prompts}
 
@@ -215,47 +225,51 @@ def measure_vllm(model: Any, args: argparse.Namespace, options: dict, adapter: P
 def measure_lora(model: Any, args: argparse.Namespace, options: dict, adapter: Path, prompts: list) -> dict:
     """weight_sync="lora": hot-load latency and speed with and without the adapter active."""
     engine = VLLMEngine(model, weight_sync="lora", max_lora_rank=16, **options)
-    rows = {
-        "engine direct, LoRA enabled, base weights": rate_per_concurrency(
-            lambda c: engine_direct(engine, prompts[:c], args.max_tokens), args.repeats, (32,)
-        )
-    }
+
+    def direct(count: int) -> tuple[int, float]:
+        return engine_direct(engine, prompts[:count], args.max_tokens)
+
+    rows = rates({"engine direct, LoRA enabled, base weights": direct}, args.repeats, (32,))
     seconds = update_latency(engine, adapter, args.repeats)
-    rows["engine direct, LoRA adapter active"] = rate_per_concurrency(
-        lambda c: engine_direct(engine, prompts[:c], args.max_tokens), args.repeats, (32,)
-    )
+    rows |= rates({"engine direct, LoRA adapter active": direct}, args.repeats, (32,))
     engine.shutdown()
     return {"rows": rows, "lora_update_s": seconds}
 
 
-def measure_transformers(model: Any, args: argparse.Namespace, prompts: list) -> dict[int, float]:
+def measure_transformers(model: Any, args: argparse.Namespace, prompts: list) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     hf = AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model.path)
-    return rate_per_concurrency(
-        lambda c: transformers_generate(hf, tokenizer, prompts[:c], args.max_tokens), args.repeats
-    )
+
+    def generate(count: int) -> tuple[int, float]:
+        return transformers_generate(hf, tokenizer, prompts[:count], args.max_tokens)
+
+    return rates({"transformers generate": generate}, args.repeats)
 
 
 def report(results: dict[str, Any], args: argparse.Namespace) -> None:
     rows = results["rows"]
     print(
-        f"\nvLLM start: {results['startup_s']:.1f} s; max_tokens={args.max_tokens}; "
-        f"median of {args.repeats} runs\n"
+        f"\nvLLM start: {results['startup_s']:.1f} s; max_tokens={args.max_tokens}; median of "
+        f"{args.repeats} runs (min-max); 1-minute load average {results['load_before']:.1f} before, "
+        f"{results['load_after']:.1f} after\n"
     )
     print("| path | " + " | ".join(f"{c} chats (tok/s)" for c in CONCURRENCY) + " |")
     print("|---|" + "---:|" * len(CONCURRENCY))
-    for name, rates in rows.items():
-        print(
-            f"| {name} | " + " | ".join(f"{rates[c]:.0f}" if c in rates else "" for c in CONCURRENCY) + " |"
-        )
-    app, direct = rows["app (HTTP)"][32], rows["engine direct"][32]
+    for name, samples in rows.items():
+        cells = [_cell(samples[c]) if c in samples else "" for c in CONCURRENCY]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    app, direct = statistics.median(rows["app (HTTP)"][32]), statistics.median(rows["engine direct"][32])
     print(f"\napp / direct at 32 chats: {app / direct:.0%} (target >= 85%)")
-    print(f"adapter update, merge + push: {results['merge_update_s']:.2f} s (target < 0.5 s)")
+    print(f"adapter update, merged and written in place: {results['merge_update_s']:.3f} s (target < 0.5 s)")
     if results.get("lora_update_s") is not None:
         print(f"adapter update, LoRA hot-load: {results['lora_update_s']:.3f} s")
+
+
+def _cell(samples: list[float]) -> str:
+    return f"{statistics.median(samples):.0f} ({min(samples):.0f}-{max(samples):.0f})"
 
 
 def main() -> None:
@@ -273,6 +287,7 @@ def main() -> None:
     args = parser.parse_args()
 
     model = resolve_model(None)
+    load_before = os.getloadavg()[0]
     options = {
         "max_model_len": 2048,
         "serving_threads": args.serving_threads,
@@ -291,7 +306,8 @@ def main() -> None:
             model.path, prompts, args.max_tokens, args.repeats
         )
     if not args.skip_transformers:
-        results["rows"]["transformers generate"] = measure_transformers(model, args, prompts)
+        results["rows"] |= measure_transformers(model, args, prompts)
+    results["load_before"], results["load_after"] = load_before, os.getloadavg()[0]
     report(results, args)
     if args.json:
         args.json.write_text(json.dumps({**results, "args": vars(args)}, default=str, indent=2))

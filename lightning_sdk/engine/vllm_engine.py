@@ -38,8 +38,8 @@ class VLLMEngine(EngineBase):
     Concurrent requests from any thread or event loop share one continuously batched engine. New weights
     arrive without a restart, in one of two ways (`weight_sync`):
 
-    - `"merge"` (default on CPU): `load_adapter` merges the LoRA adapter into the base weights and pushes
-      them into the model in place; generation keeps the base model's speed.
+    - `"merge"` (default on CPU): `load_adapter` merges the LoRA adapter into the weights of the layers it
+      targets and writes those into the model in place; generation keeps the base model's speed.
     - `"lora"` (default on GPU): `load_adapter` hot-loads the adapter under a new id; fast to swap, but the
       CPU LoRA kernels decode several times slower than the base model.
 
