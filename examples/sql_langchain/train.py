@@ -19,8 +19,9 @@ EXAMPLE_DIR = Path(__file__).resolve().parent
 DEFAULTS: dict[str, Any] = {
     "group_size": 8, "batch_size": 4, "learning_rate": 2e-4, "temperature": 0.7, "max_tokens": 64,
     "eval_every": 5, "save_every": 0, "seed": 0,
-    # Prompts are ~450 tokens (schema, example rows, worked examples): 8 such sequences per forward pass
-    # took over 10 GB of activations here; 2 keep the train phase near 3 GB at the same speed.
+    # Prompts are ~340 tokens (schema, example rows, worked examples): with 8 sequences per forward pass
+    # the run grew past 12 GB and was OOM-killed on this shared 24 GB machine; with 2 it peaked at 7.1 GB
+    # (engine included). Fewer sequences per pass also share each prompt's forward pass with fewer others.
     "micro_batch_size": 2,
 }  # fmt: skip
 """The measured configuration (see README.md); `train(**overrides)` replaces any field."""
