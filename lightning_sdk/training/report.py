@@ -119,13 +119,22 @@ def _episode_html(episode: Episode) -> str:
         prompt = call.messages[-1].get("content") if call.messages else call.prompt
         calls.append(
             f"<li><b>{html.escape(str(call.agent_name))}</b>: <pre>{html.escape(str(prompt))}</pre>"
-            f"→ <pre>{html.escape(str(call.text))}</pre></li>"
+            f"→ <pre>{html.escape(_reply_text(call))}</pre></li>"
         )
     error = f"<p>error: {html.escape(episode.error['message'])}</p>" if episode.error else ""
     return (
         f"<details><summary>reward {reward} — task {html.escape(_short(episode.task))}</summary>"
         f"{error}<ol>{''.join(calls)}</ol><p>output: <code>{html.escape(_short(episode.output))}</code></p></details>"
     )
+
+
+def _reply_text(call: Any) -> str:
+    """What the model answered: its text and its tool calls as `name(arguments)` (a tool call has no text)."""
+    parts = [call.text] if call.text else []
+    for tool_call in (call.response_message or {}).get("tool_calls") or []:
+        function = tool_call.get("function") or {}
+        parts.append(f"{function.get('name')}({function.get('arguments', '')})")
+    return "\n".join(parts) if parts else str(call.error or "(empty reply)")
 
 
 def _short(value: Any, limit: int = 160) -> str:
