@@ -17,6 +17,7 @@ from typing import Any
 
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, materialize_tasks
+from lightning_sdk.training.diagnostics import StepDiagnostics
 from lightning_sdk.training.evaluation import evaluate_agent
 from lightning_sdk.training.rollout import Rollout, run_rollouts
 from lightning_sdk.training.run_dir import make_run_dir, write_run_info
@@ -144,6 +145,7 @@ class _Loop:
         self.cursor = TaskCursor(tasks, config.batch_size * session.world_size, config.shuffle, config.seed)
         self.start_step = session.restore(self.cursor) if resume else 0
         self.result = FitResult(run_dir=session.run_dir, adapter_path=session.adapter_dir)
+        self.diagnostics = StepDiagnostics(session.endpoint.base_url)
 
     def run(self) -> FitResult:
         session, config = self.session, self.config
@@ -184,6 +186,8 @@ class _Loop:
             )  # fmt: skip
         rollout_s = time.perf_counter() - started
         groups = _group_episodes(rollouts, len(tasks))
+        for problem in self.diagnostics.new_problems(groups):
+            log.warning("Step %d: %s", step, problem)
         stats = session.train(groups)
         stats.update(session.push_weights(step))
         stats["time_rollout_s"] = rollout_s
