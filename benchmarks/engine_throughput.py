@@ -297,18 +297,25 @@ def main() -> None:
         adapter = make_adapter(model.path, Path(tmp) / "adapter")
         results = measure_vllm(model, args, options, adapter)
         prompts = results.pop("prompts")
-        if args.lora:
+        if args.async_llm:
+            results["rows"]["AsyncLLM direct (child process)"] = async_llm_direct(
+                model.path, prompts, args.max_tokens, args.repeats
+            )
+        if not args.skip_transformers:
+            results["rows"] |= measure_transformers(model, args, prompts)
+        results["load_before"], results["load_after"] = load_before, os.getloadavg()[0]
+        report(results, args)
+        save(results, args)
+        if args.lora:  # last, as the slowest part: the table above is already out
             lora = measure_lora(model, args, options, adapter, prompts)
-            results["rows"].update(lora["rows"])
+            results["rows"] |= lora["rows"]
             results["lora_update_s"] = lora["lora_update_s"]
-    if args.async_llm:
-        results["rows"]["AsyncLLM direct (child process)"] = async_llm_direct(
-            model.path, prompts, args.max_tokens, args.repeats
-        )
-    if not args.skip_transformers:
-        results["rows"] |= measure_transformers(model, args, prompts)
-    results["load_before"], results["load_after"] = load_before, os.getloadavg()[0]
-    report(results, args)
+            results["load_after"] = os.getloadavg()[0]
+            report(results, args)
+            save(results, args)
+
+
+def save(results: dict[str, Any], args: argparse.Namespace) -> None:
     if args.json:
         args.json.write_text(json.dumps({**results, "args": vars(args)}, default=str, indent=2))
 
