@@ -8,8 +8,6 @@ The defaults are the measured configuration of README.md; `lightning-sdk quickst
 from __future__ import annotations
 
 import argparse
-import math
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -60,6 +58,7 @@ def train(
     """
     from lightning_sdk.examples.calc_autogen.agent import MAX_TOKENS, solve
     from lightning_sdk.examples.calc_autogen.data import train_test_split
+    from lightning_sdk.examples.results import summarize_fit
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.trainer import Trainer
 
@@ -71,26 +70,8 @@ def train(
     )  # fmt: skip
     started = time.perf_counter()
     result = Trainer(config=config, engine=engine).fit(solve, train_tasks, val_dataset=test_tasks)
-    summary = {
-        "base_reward": _metric(result.initial_eval, "reward"),
-        "trained_reward": _metric(result.final_eval, "reward"),
-        "steps": sum(1 for record in result.history if "time_step_s" in record),
-        "wall_time_s": time.perf_counter() - started,
-        "run_dir": str(result.run_dir),
-        "adapter": str(result.adapter_path),
-        "curve": [(r["step"], r["val_reward"]) for r in result.history if "val_reward" in r],
-    }
-    if report:
-        from lightning_sdk.training.report import write_report
-
-        summary["report"] = str(write_report(result.run_dir))
-        if curve_to is not None:
-            shutil.copyfile(result.run_dir / "validation.png", curve_to)
-    return summary
-
-
-def _metric(evaluation: dict[str, float] | None, key: str) -> float:
-    return evaluation[key] if evaluation else math.nan
+    wall_time_s = time.perf_counter() - started
+    return {**summarize_fit(result, report=report, curve_to=curve_to), "wall_time_s": wall_time_s}
 
 
 def main() -> None:

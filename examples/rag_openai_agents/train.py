@@ -7,7 +7,6 @@ run folder with its HTML report, and copies the validation curve next to this fi
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ def train(
 
     from lightning_sdk.examples.rag_openai_agents.agent import rag_agent
     from lightning_sdk.examples.rag_openai_agents.data import build_tasks
-    from lightning_sdk.training.report import write_report
+    from lightning_sdk.examples.results import summarize_fit
     from lightning_sdk.training.trainer import Trainer
 
     # No traces leave this machine: drop the SDK's exporter to OpenAI (the agent re-adds our processor).
@@ -58,20 +57,7 @@ def train(
     with tempfile.TemporaryDirectory(prefix="rag-corpus-") as corpus_dir:
         train_tasks, test_tasks = build_tasks(corpus_dir, seed=0, test_size=test_size)
         result = Trainer(config=config, engine=engine).fit(rag_agent, train_tasks, val_dataset=test_tasks)
-    report = write_report(result.run_dir)
-    nan = float("nan")
-    summary = {
-        "base_reward": result.initial_eval["reward"] if result.initial_eval else nan,
-        "trained_reward": result.final_eval["reward"] if result.final_eval else nan,
-        "run_dir": str(result.run_dir),
-        "adapter": str(result.adapter_path),
-        "report": str(report),
-    }
-    curve = result.run_dir / "validation.png"
-    if curve_to is not None and curve.exists():
-        shutil.copyfile(curve, curve_to)
-        summary["curve"] = str(curve_to)
-    return summary
+    return summarize_fit(result, curve_to=curve_to)
 
 
 def main() -> None:

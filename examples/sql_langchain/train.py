@@ -8,7 +8,6 @@ one, writes the run folder with its HTML report, and copies the validation curve
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +60,9 @@ def train(
         curve_to: where to copy the validation curve PNG (`None`: do not copy).
         overrides: any `TrainerConfig` field.
     """
+    from lightning_sdk.examples.results import summarize_fit
     from lightning_sdk.examples.sql_langchain.agent import sql_agent
     from lightning_sdk.examples.sql_langchain.data import build_database, make_splits
-    from lightning_sdk.training.report import write_report
     from lightning_sdk.training.trainer import Trainer
 
     db_path = build_database(data_dir, seed=data_seed)
@@ -72,21 +71,8 @@ def train(
         train_tasks = train_tasks[:train_size]
     config = make_config(steps, run_dir, **overrides)
     result = Trainer(model, config=config, engine=engine).fit(sql_agent, train_tasks, val_dataset=test_tasks)
-    nan = float("nan")
-    summary = {
-        "base_reward": result.initial_eval["reward"] if result.initial_eval else nan,
-        "trained_reward": result.final_eval["reward"] if result.final_eval else nan,
-        "train_questions": len(train_tasks),
-        "test_questions": len(test_tasks),
-        "run_dir": str(result.run_dir),
-        "adapter": str(result.adapter_path),
-        "report": str(write_report(result.run_dir)),
-    }
-    curve = result.run_dir / "validation.png"
-    if curve_to is not None and curve.exists():
-        shutil.copyfile(curve, curve_to)
-        summary["curve"] = str(curve_to)
-    return summary
+    summary = summarize_fit(result, curve_to=curve_to)
+    return {**summary, "train_questions": len(train_tasks), "test_questions": len(test_tasks)}
 
 
 def main() -> None:
