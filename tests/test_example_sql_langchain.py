@@ -107,6 +107,22 @@ def test_attach_cannot_create_a_file(db_path: Path, tmp_path: Path) -> None:
     assert not target.exists()
 
 
+def test_a_huge_value_is_refused_before_it_is_built(db_path: Path) -> None:
+    # One VM step would allocate it, so the time limit could not stop it.
+    assert run_query(db_path, "SELECT randomblob(1000000000)").error == "string or blob too big"
+    assert run_query(db_path, "SELECT length(randomblob(1000))").rows == [(1000,)]
+
+
+def test_the_tables_a_query_read_are_reported(db_path: Path) -> None:
+    join = (
+        "SELECT departments.floor FROM employees JOIN departments "
+        "ON employees.department = departments.name WHERE employees.name = 'Alice'"
+    )
+    assert run_query(db_path, join).tables == {"employees", "departments"}
+    assert run_query(db_path, "SELECT COUNT(*) FROM employees").tables == {"employees"}
+    assert run_query(db_path, "SELECT 3").tables == frozenset()
+
+
 def test_bad_sql_gives_the_sqlite_error(db_path: Path) -> None:
     assert run_query(db_path, "SELECT salry FROM employees").error == "no such column: salry"
     assert "syntax error" in run_query(db_path, "The answer is 5.").error
@@ -156,13 +172,14 @@ def test_extract_sql(reply: str | None, sql: str) -> None:
         ([(71833.33,)], [(71833.3333333,)], False, True),  # a rounded average
         ([(71833.5,)], [(71833.3333333,)], False, False),
         ([(" alice",)], [("Alice",)], False, True),
-        ([("Alice", 90000)], [("Alice",)], False, True),  # an extra column
+        ([("Alice", 90000)], [("Alice",)], False, False),  # an extra column is not an answer
         ([(90000, "Alice")], [("Alice", 90000)], False, True),  # columns in another order
+        ([("Alice", 90000), ("Bob", 80000)], [(80000, "Bob"), (90000, "Alice")], False, True),
         ([("Alice",), ("Alice",)], [("Alice",)], False, False),  # rows are a multiset
         ([("a",), ("a",)], [("a",), ("b",)], False, False),
         ([("Bob",)], [("Alice",)], False, False),
         ([], [("Alice",)], False, False),
-        ([(1, 2, 3, 4, 5, 6, 7)], [(1,)], False, False),  # too many columns to be an answer
+        ([(1, 2, 3, 4, 5, 6)], [(1,)], False, False),  # a row of guesses holding the answer
         ([("1",)], [(1,)], False, False),  # text is not a number
     ],
 )
@@ -178,6 +195,15 @@ def test_reward_runs_the_gold_query(db_path: Path) -> None:
     assert sql_reward(task, youngest) == 0.0
     assert sql_reward(task, run_query(db_path, "SELECT nope")) == 0.0
     assert sql_reward(task, None) == 0.0
+
+
+def test_reward_refuses_guesses_and_unchosen_columns(db_path: Path) -> None:
+    name, salary = run_query(db_path, "SELECT name, salary FROM employees WHERE id = 1").rows[0]
+    task = {"id": "salary_of", "gold_sql": f"SELECT salary FROM employees WHERE name = '{name}'",
+            "db_path": str(db_path)}  # fmt: skip
+    assert sql_reward(task, run_query(db_path, f"SELECT salary FROM employees WHERE name = '{name}'")) == 1.0
+    assert sql_reward(task, run_query(db_path, f"SELECT * FROM employees WHERE name = '{name}'")) == 0.0
+    assert sql_reward(task, run_query(db_path, f"SELECT {salary}")) == 0.0  # right number, no lookup
 
 
 # ------------------------------------------------------------------ the agent, over HTTP

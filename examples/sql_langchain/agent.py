@@ -151,8 +151,10 @@ def chat_model(llm: ls.LLMEndpoint | None = None) -> ChatOpenAI:
 
 @ls.reward
 def sql_reward(task: dict[str, Any], result: QueryResult | None) -> float:
-    """1 when the agent's final query returns the gold query's rows (see `results_match`), else 0."""
-    if result is None or not result.ok:
+    """1 when the agent's final query reads the database and returns the gold query's rows (see
+    `results_match`), else 0. A query of constants (`SELECT 3`) scores 0 even when it guesses right: a
+    reward for guesses would teach the model to guess."""
+    if result is None or not result.ok or not result.tables:
         return 0.0
     gold = run_query(task["db_path"], task["gold_sql"])
     if not gold.ok:

@@ -2,8 +2,9 @@
 
 Model output is untrusted: `run_query` opens the database read-only (`mode=ro`), lets only reading
 statements through (an authorizer denies ATTACH, PRAGMA writes and anything else), stops a query after
-a time limit (a progress handler), and caps the rows it returns. Whatever goes wrong comes back as an
-error message for the model to read, never as an exception.
+a time limit (a progress handler), caps the size of any value it builds (`randomblob(10**9)` would
+otherwise allocate a gigabyte in one step, which no time limit interrupts) and caps the rows it returns.
+Whatever goes wrong comes back as an error message for the model to read, never as an exception.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ __all__ = [
 
 MAX_ROWS = 50
 TIME_LIMIT_S = 2.0
+MAX_VALUE_BYTES = 1_000_000
+"""The largest string or blob a query may build; larger ones fail with "string or blob too big"."""
 
 # What a SELECT needs: reading tables and columns, calling functions, recursive CTEs. Everything else
 # (ATTACH, PRAGMA, writes, temp tables, ...) is denied before the statement runs.
@@ -43,14 +46,23 @@ class QueryResult:
     error: str | None = None
     truncated: bool = False
     """True when the query returned more than `MAX_ROWS` rows and the rest were dropped."""
+    tables: frozenset[str] = frozenset()
+    """The tables the query read (empty for a query of constants such as `SELECT 3`)."""
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
 
-def _authorize(action: int, *args: Any) -> int:
-    return sqlite3.SQLITE_OK if action in _ALLOWED_ACTIONS else sqlite3.SQLITE_DENY
+def _authorizer(tables_read: set[str]) -> Any:
+    """An SQLite authorizer that allows only reading actions and notes the tables read into `tables_read`."""
+
+    def authorize(action: int, table: str | None, *rest: Any) -> int:
+        if action == sqlite3.SQLITE_READ and table:
+            tables_read.add(table)
+        return sqlite3.SQLITE_OK if action in _ALLOWED_ACTIONS else sqlite3.SQLITE_DENY
+
+    return authorize
 
 
 def run_query(
@@ -70,7 +82,9 @@ def run_query(
     deadline = time.monotonic() + time_limit_s
     # Called every 1000 SQLite VM instructions; a non-zero return interrupts the query.
     connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
-    connection.set_authorizer(_authorize)
+    connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    tables_read: set[str] = set()
+    connection.set_authorizer(_authorizer(tables_read))
     try:
         cursor = connection.execute(sql)
         rows = cursor.fetchmany(max_rows + 1)
@@ -84,7 +98,9 @@ def run_query(
         return QueryResult(error=str(error) or type(error).__name__)
     finally:
         connection.close()
-    return QueryResult(rows=rows[:max_rows], columns=columns, truncated=len(rows) > max_rows)
+    return QueryResult(
+        rows=rows[:max_rows], columns=columns, truncated=len(rows) > max_rows, tables=frozenset(tables_read)
+    )
 
 
 _SQL_BLOCK = re.compile(r"```(?:sql|sqlite)?\s*\n?(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
@@ -148,22 +164,20 @@ def _same_rows(predicted: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], or
     return True
 
 
-def results_match(
-    predicted: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], ordered: bool = False, max_columns: int = 6
-) -> bool:
-    """Whether a query's rows answer the question as the gold query's rows do.
+def results_match(predicted: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], ordered: bool = False) -> bool:
+    """Whether a query's rows are the gold query's rows (execution match, as in Spider's evaluation).
 
     The same rows, as a multiset (in order only when `ordered`); numbers equal within 0.01 absolute or
-    1e-6 relative, text equal ignoring case and surrounding spaces. The predicted query may return its
-    columns in another order and extra columns (e.g. `SELECT name, salary` for "who earns most?"): the
-    rows match when some choice of its columns, one per gold column, matches.
+    1e-6 relative, text equal ignoring case and surrounding spaces. The predicted query must return as
+    many columns as the gold one, in any order: extra columns are not allowed, since `SELECT *` would
+    otherwise answer every "what is the X of Y?" question without choosing X.
     """
     if not gold or not predicted:
         return not gold and not predicted
-    gold_width, width = len(gold[0]), len(predicted[0])
-    if width < gold_width or width > max_columns:
+    width = len(gold[0])
+    if len(predicted[0]) != width:
         return False
-    for columns in permutations(range(width), gold_width):
+    for columns in permutations(range(width)):
         projected = [tuple(row[i] for i in columns) for row in predicted]
         if _same_rows(projected, gold, ordered):
             return True
