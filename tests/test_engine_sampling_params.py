@@ -18,12 +18,21 @@ from lightning_sdk.engine.types import check_prompt_fits
         ("n", 17, "between 1 and 16"),
         ("stop", ("",), "non-empty"),
         ("top_logprobs", 21, "between 0 and 20"),
+        # torch generators overflow past 64 bits; caught here, not as a failed engine step
+        ("seed", 2**64, "fits in 64 bits"),
+        ("seed", -(2**63) - 1, "fits in 64 bits"),
+        ("seed", True, "fits in 64 bits"),
     ],
 )
 def test_invalid_values_are_rejected(field: str, value: object, expected: str) -> None:
     with pytest.raises(ValueError, match=f"Invalid {field}=") as raised:
         SamplingParams(**{field: value})
     assert expected in str(raised.value)
+
+
+def test_64_bit_seeds_are_accepted() -> None:
+    assert SamplingParams(seed=2**63 - 1).seed == 2**63 - 1
+    assert SamplingParams(seed=-(2**63)).seed == -(2**63)
 
 
 def test_defaults_and_greedy() -> None:

@@ -163,17 +163,19 @@ class TransformersEngine(EngineBase):
 
         from lightning_sdk.engine.hf_decode import Row, decode_batch
 
-        rows = []
-        for _, prompt, params, stream in batch:
-            seed = (
-                params.seed
-                if params.seed is not None
-                else int(torch.randint(2**31, (1,), generator=self._seeds))
-            )
-            for index in range(params.distinct_samples):  # greedy n > 1: one row, copied by the stream
-                generator = torch.Generator().manual_seed(seed + index)
-                rows.append(Row(prompt, params, index, stream.push, generator, lambda s=stream: s.cancelled))
-        try:
+        try:  # everything that can fail is inside: this worker thread must outlive any one bad batch
+            rows = []
+            for _, prompt, params, stream in batch:
+                seed = (
+                    params.seed
+                    if params.seed is not None
+                    else int(torch.randint(2**31, (1,), generator=self._seeds))
+                )
+                for index in range(params.distinct_samples):  # greedy n > 1: one row, copied by the stream
+                    generator = torch.Generator().manual_seed(seed + index)
+                    rows.append(
+                        Row(prompt, params, index, stream.push, generator, lambda s=stream: s.cancelled)
+                    )
             decode_batch(self._model, self._tokenizer, rows, self._eos_ids, self._pad_id)
         except Exception as error:  # noqa: BLE001 - reported to each waiting caller
             for *_, stream in batch:

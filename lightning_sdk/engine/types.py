@@ -61,6 +61,10 @@ class PromptTooLongError(ValueError):
         )
 
 
+# torch's generators take 64-bit seeds; a larger one fails inside the engine's step, not at the request.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample one request. Invalid values raise `ValueError` with the accepted range."""
@@ -109,7 +113,12 @@ class SamplingParams:
             self.stop,
             "at most 4 non-empty strings",
         )
-        _check(self.seed is None or isinstance(self.seed, int), "seed", self.seed, "an integer or null")
+        _check(
+            self.seed is None or (_is_int(self.seed) and SEED_MIN <= self.seed <= SEED_MAX),
+            "seed",
+            self.seed,
+            "null or an integer that fits in 64 bits (between -2**63 and 2**63 - 1)",
+        )
         _check(
             isinstance(self.top_logprobs, int) and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
             "top_logprobs",
@@ -142,6 +151,10 @@ def check_prompt_fits(prompt_tokens: int, max_tokens: int, max_model_len: int) -
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check(ok: bool, name: str, value: Any, expected: str) -> None:
