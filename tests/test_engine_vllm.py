@@ -101,7 +101,9 @@ def test_torch_threads_are_restored_for_training(vllm_engine, chat_prompt_ids) -
         torch.set_num_threads(other)
         assert torch.get_num_threads() == other  # really applied, not swallowed
         # A request while asleep still runs: the engine steps with the thread count it started with.
-        [result] = vllm_engine.generate([chat_prompt_ids(QUESTION)], SamplingParams(temperature=0, max_tokens=4))
+        [result] = vllm_engine.generate(
+            [chat_prompt_ids(QUESTION)], SamplingParams(temperature=0, max_tokens=4)
+        )
         assert len(result.completions[0].token_ids) == 4
     finally:
         torch.set_num_threads(user_threads)
@@ -113,3 +115,27 @@ async def test_blocking_generate_works_inside_an_event_loop(vllm_engine, chat_pr
     # Notebooks and async agents may call the blocking API from a running loop; it must not deadlock.
     [result] = vllm_engine.generate([chat_prompt_ids(QUESTION)], SamplingParams(temperature=0, max_tokens=3))
     assert len(result.completions[0].token_ids) == 3
+
+
+def test_call_when_idle_waits_for_the_running_requests(vllm_engine, chat_prompt_ids) -> None:
+    # What sleep() relies on for GPUs (vLLM's own "wait" mode is refused in-process): the call runs only
+    # once the requests in flight are done, and they finish normally instead of being aborted.
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompt = chat_prompt_ids([{"role": "user", "content": "Tell me a long story."}])
+    params = SamplingParams(temperature=0, max_tokens=48)
+    loop = vllm_engine._loop
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(vllm_engine.generate, [prompt], params)
+        deadline = time.monotonic() + 30
+        while not loop.busy and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert loop.busy
+        unfinished_inside_call = loop.call_when_idle(
+            lambda engine: engine.has_unfinished_requests(), timeout=60
+        )
+        [result] = running.result(timeout=60)
+    assert unfinished_inside_call is False
+    assert result.completions[0].finish_reason in ("stop", "length")
+    assert len(result.completions[0].token_ids) > 0

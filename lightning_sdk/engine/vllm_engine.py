@@ -169,14 +169,20 @@ class VLLMEngine(EngineBase):
             return
         from vllm.lora.request import LoRARequest
 
-        if path is None:
-            self._lora, self._version = None, version
-            return
-        request = LoRARequest(f"adapter-{self._next_lora_id}", self._next_lora_id, str(Path(path).resolve()))
-        self._next_lora_id += 1
-        self._loop.call(lambda engine: engine.add_lora(request))
-        stale, self._retired_lora, self._lora = self._retired_lora, self._lora, request
+        request = None
+        if path is not None:
+            request = LoRARequest(
+                f"adapter-{self._next_lora_id}", self._next_lora_id, str(Path(path).resolve())
+            )
+            self._next_lora_id += 1
+            self._loop.call(lambda engine: engine.add_lora(request))
+        self._serve_lora(request)
         self._version = version
+
+    def _serve_lora(self, request: Any) -> None:
+        """New requests use the LoRA `request` (`None`: no adapter). The adapter served until now stays
+        loaded until the next change, for requests that started on it; the one before it is removed."""
+        stale, self._retired_lora, self._lora = self._retired_lora, self._lora, request
         if stale is not None:
             self._loop.call(lambda engine: engine.remove_lora(stale.lora_int_id))
 
@@ -190,6 +196,8 @@ class VLLMEngine(EngineBase):
         """
         self._reload(dict(weights.items() if isinstance(weights, Mapping) else weights))
         self._merged.forget_base()
+        if self._lora is not None:  # the new weights are the whole model: no adapter on top of them
+            self._serve_lora(None)
         self._version = version
 
     def _reload(self, weights: dict[str, torch.Tensor]) -> None:
@@ -221,8 +229,9 @@ class VLLMEngine(EngineBase):
         if self.on_cpu:
             self._user_threads.apply(self._user_threads.count)
         else:
-            # "wait": in-flight requests finish before the weights move out (vLLM PauseMode).
-            self._loop.call(lambda engine: engine.sleep(level=1, mode="wait"))
+            # In-flight requests finish first: the loop runs the call once none is left, and "abort" then
+            # has nothing to abort. (vLLM's own "wait" mode raises for an in-process engine core.)
+            self._loop.call_when_idle(lambda engine: engine.sleep(level=1, mode="abort"))
         self._asleep = True
 
     def wake(self) -> None:

@@ -11,6 +11,7 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -32,6 +33,7 @@ class StepLoop:
         self._before_step = before_step
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._streams: dict[str, tuple[RequestStream, bool]] = {}
+        self._when_idle: list[Callable[[], None]] = []  # commands waiting for the running requests to end
         self._dead: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="lightning-sdk-vllm", daemon=True)
         self._thread.start()
@@ -67,6 +69,16 @@ class StepLoop:
 
     def call(self, function: Callable[[Any], T], timeout: float | None = None) -> T:
         """Run `function(engine)` on the engine thread between two steps and return its result."""
+        return self._call(function, timeout, when_idle=False)
+
+    def call_when_idle(self, function: Callable[[Any], T], timeout: float | None = None) -> T:
+        """Like `call`, but only once no request is running: the requests in flight finish first.
+
+        Requests that arrive meanwhile join the running batch and are waited for too.
+        """
+        return self._call(function, timeout, when_idle=True)
+
+    def _call(self, function: Callable[[Any], T], timeout: float | None, when_idle: bool) -> T:
         if threading.current_thread() is self._thread:
             return function(self._engine)
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
@@ -77,8 +89,21 @@ class StepLoop:
             except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread
                 future.set_exception(error)
 
-        self._post(run)
-        return future.result(timeout)
+        self._post((lambda: self._when_idle.append(run)) if when_idle else run)
+        return self._wait(future, timeout)
+
+    def _wait(self, future: concurrent.futures.Future[T], timeout: float | None) -> T:
+        # Poll, so that a caller whose command the thread never ran (it stopped first) is not left waiting.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = 0.5 if deadline is None else min(0.5, max(deadline - time.monotonic(), 0.0))
+            try:
+                return future.result(wait)
+            except concurrent.futures.TimeoutError:
+                if not self._thread.is_alive() and not future.done():
+                    raise EngineError("The vLLM engine stopped before it ran the call.") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
 
     def stop(self, timeout: float = 30.0) -> None:
         """Fail pending requests and end the thread."""
@@ -98,31 +123,42 @@ class StepLoop:
 
     def _run(self) -> None:
         while True:
-            # Block while idle; while requests decode, only pick up what has already arrived.
-            commands = [self._inbox.get()] if not self._engine.has_unfinished_requests() else []
-            while True:
-                try:
-                    commands.append(self._inbox.get_nowait())
-                except queue.Empty:
-                    break
-            for command in commands:
-                if command is _STOP:
-                    self._fail_all(EngineError("The engine was shut down while the request was running."))
+            try:
+                if not self._run_once():
                     return
+            except Exception as error:  # every waiting caller learns about it, and so do later ones
+                log.exception("vLLM engine step failed")
+                self._dead = error
+                self._fail_all(EngineError(f"The vLLM engine failed: {error}"))
+
+    def _run_once(self) -> bool:
+        """Run the commands that have arrived, then one engine step; False once asked to stop."""
+        running = self._dead is None and self._engine.has_unfinished_requests()
+        # Block while idle; while requests decode (or calls wait to run when idle), only pick up what has
+        # already arrived.
+        commands = [] if running or self._when_idle else [self._inbox.get()]
+        while True:
+            try:
+                commands.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        for command in commands:
+            if command is _STOP:
+                self._fail_all(EngineError("The engine was shut down while the request was running."))
+                return False
+            command()
+        if self._dead is None and self._engine.has_unfinished_requests():
+            self._step()
+        elif self._when_idle:  # nothing running (or the engine is broken: the calls report that)
+            waiting, self._when_idle = self._when_idle, []
+            for command in waiting:
                 command()
-            if self._engine.has_unfinished_requests():
-                self._step()
+        return True
 
     def _step(self) -> None:
-        try:
-            if self._before_step is not None:
-                self._before_step()
-            outputs = self._engine.step()
-        except Exception as error:  # every waiting request learns about it
-            log.exception("vLLM engine step failed")
-            self._dead = error
-            self._fail_all(EngineError(f"The vLLM engine failed: {error}"))
-            return
+        if self._before_step is not None:
+            self._before_step()
+        outputs = self._engine.step()
         for output in outputs:
             entry = self._streams.get(output.request_id)
             if entry is None:
