@@ -134,11 +134,14 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         req: ChatRequest = await read(request, ChatRequest)
-        tools = validate_tools(req.tools) if req.tool_choice != "none" else []
+        tools = validate_tools(req.tools)  # checked even when tool_choice="none", as OpenAI does
         prefix = tool_choice_prefix(req.tool_choice, tools)
+        if req.tool_choice == "none":
+            tools = []  # the model is not told about them, so it cannot call one
         prompt = render_chat(tokenizer, req.messages, tools, prefix)
         want_logprobs, top = requested_top_logprobs(req)
-        params = params_for(req, len(prompt), top, req.max_completion_tokens or req.max_tokens)
+        limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        params = params_for(req, len(prompt), top, limit)
         meta = ResponseMeta("chatcmpl", served, engine.weight_version)
         if req.stream:
             _, deltas = await run(first_and_rest(engine.astream(prompt, params)))

@@ -43,8 +43,13 @@ def tool_choice_prefix(tool_choice: str | dict[str, Any] | None, tools: list[dic
     The prefix becomes part of the prompt, so prompt ids plus completion ids stay exactly what the model
     attended to; the server puts it back in front of the completion text before parsing.
     """
-    if tool_choice in (None, "auto", "none") or not tools:
+    if tool_choice in (None, "auto", "none"):
         return ""
+    if not tools:
+        raise APIError.bad_request(
+            f"tool_choice={tool_choice!r} needs `tools`: send the tools the model may call, or drop tool_choice.",
+            param="tool_choice",
+        )
     if tool_choice == "required":
         return f"{TOOL_CALL_START}\n"
     name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
