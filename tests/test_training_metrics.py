@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lightning_sdk.training.metrics import MetricsWriter, ProgressBar, read_metrics
+from lightning_sdk.training.metrics import EvaluationProgress, MetricsWriter, ProgressBar, read_metrics
 
 
 def test_one_flushed_json_line_per_step(tmp_path):
@@ -60,3 +60,20 @@ def test_progress_line_shows_step_reward_and_speed():
     assert text.startswith("reward=0.125 ") and text.endswith("s/step") and "loss" not in text
     assert "1/10" in stream.getvalue()
     assert ProgressBar(total=3, enabled=False).update(1, {"val_reward_mean": 0.5}).startswith("val=0.500")
+
+
+def test_evaluation_progress_counts_episodes_then_shows_the_result():
+    stream = io.StringIO()
+    progress = EvaluationProgress(step=4, total=3, stream=stream)
+    for _ in range(3):
+        progress.episode_done()
+    line = progress.finish({"reward": 0.5, "success_rate": 0.25, "episodes": 3.0, "episodes_failed": 1.0})
+    assert line == "held-out (step 4): reward 0.500, success 25% of 3 tasks, 1 failed"
+    shown = stream.getvalue()
+    assert "evaluating after step 4" in shown and "/3 " in shown  # a counter of the 3 tasks
+    assert shown.endswith(line + "\n")  # the result stays on screen, the counter does not
+    base = EvaluationProgress(step=0, total=2, enabled=False)
+    base.episode_done()
+    assert base.finish({"reward": 0.0, "success_rate": 0.0, "episodes": 2.0}) == (
+        "held-out (base model): reward 0.000, success 0% of 2 tasks"
+    )

@@ -35,11 +35,16 @@ def evaluate_agent(
     agent: Callable[..., Any],
     tasks: list[Any],
     reward: Callable[[Any, Any], float] | None,
+    on_finished: Callable[[Rollout], None] | None = None,
 ) -> dict[str, float]:
-    """Run `agent` once on each task against the session's endpoint (the caller sets greedy sampling)."""
+    """Run `agent` once on each task against the session's endpoint (the caller sets greedy sampling).
+
+    `on_finished` is called as each of this rank's episodes ends (e.g. to count them on screen).
+    """
     config = session.config
     rollouts = session.run_async(
         run_rollouts(agent, session.my_share(tasks), 1, llm=session.endpoint,
-                     max_concurrency=config.max_concurrency, timeout_s=config.episode_timeout_s, reward_fn=reward)
+                     max_concurrency=config.max_concurrency, timeout_s=config.episode_timeout_s, reward_fn=reward,
+                     on_finished=on_finished)
     )  # fmt: skip
     return session.distributed.mean_metrics(summarize_rollouts(rollouts, config.success_threshold))

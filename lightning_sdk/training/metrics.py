@@ -1,4 +1,4 @@
-"""Metrics of a run: `metrics.jsonl` always, TensorBoard and W&B on request, and a live progress line.
+"""Metrics of a run: `metrics.jsonl` always, TensorBoard and W&B on request, and live progress lines.
 
 `metrics.jsonl` has one JSON object per line, each with `step` and `time` plus the step's metrics;
 it is flushed after every line, so a killed run keeps every finished step. Non-finite numbers are
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["METRICS_FILE", "MetricsWriter", "ProgressBar", "read_metrics"]
+__all__ = ["METRICS_FILE", "EvaluationProgress", "MetricsWriter", "ProgressBar", "read_metrics"]
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -210,3 +210,45 @@ class ProgressBar:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class EvaluationProgress:
+    """A transient count of finished evaluation episodes, then one line with the held-out result.
+
+    Evaluations run the agent on every validation task and can take minutes; without this the run would
+    print nothing meanwhile. `enabled=False` shows nothing.
+    """
+
+    def __init__(self, step: int, total: int, enabled: bool = True, stream: Any = None) -> None:
+        self.step = step
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self._bar = None
+        if enabled:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                return
+            label = "evaluating the base model" if step == 0 else f"evaluating after step {step}"
+            self._bar = tqdm(total=total, desc=label, unit="task", leave=False, file=self.stream)
+
+    def episode_done(self, _rollout: Any = None) -> None:
+        """Count one finished episode (the `on_finished` callback of `run_rollouts`)."""
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def finish(self, metrics: Mapping[str, float]) -> str:
+        """Close the counter and show the result; returns the line shown."""
+        when = "base model" if self.step == 0 else f"step {self.step}"
+        failed = int(metrics.get("episodes_failed", 0) or 0)
+        text = (
+            f"held-out ({when}): reward {metrics.get('reward', math.nan):.3f}, "
+            f"success {metrics.get('success_rate', math.nan):.0%} of {int(metrics.get('episodes', 0))} tasks"
+            + (f", {failed} failed" if failed else "")
+        )
+        if self._bar is not None:
+            self._bar.close()
+            self._bar.write(text, file=self.stream)
+        elif self.enabled:
+            print(text, file=self.stream, flush=True)
+        return text

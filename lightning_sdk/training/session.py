@@ -262,6 +262,12 @@ class TrainingSession:
         enabled = self.config.progress_bar and self.distributed.is_main
         return ProgressBar(total=self.config.max_steps, initial=start_step, enabled=enabled)
 
+    def evaluation_progress(self, step: int, total: int) -> Any:
+        from lightning_sdk.training.metrics import EvaluationProgress
+
+        enabled = self.config.progress_bar and self.distributed.is_main
+        return EvaluationProgress(step, total, enabled=enabled)
+
     def close(self) -> None:
         """Stop the server and engine, close the metrics and episode files."""
         if self.metrics is not None:

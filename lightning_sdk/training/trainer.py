@@ -198,9 +198,12 @@ class _Loop:
     def evaluate(self, step: int) -> dict[str, float] | None:
         if not self.val_tasks:
             return None
-        with self.session.eval_phase():
-            metrics = evaluate_agent(self.session, self.agent, self.val_tasks, self.reward)
-        self.session.log(step, {f"val_{key}": value for key, value in metrics.items()})
+        session = self.session
+        progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
+        with session.eval_phase():
+            metrics = evaluate_agent(session, self.agent, self.val_tasks, self.reward, progress.episode_done)
+        progress.finish(metrics)
+        session.log(step, {f"val_{key}": value for key, value in metrics.items()})
         return metrics
 
 
