@@ -44,6 +44,7 @@ def train(
     max_time_s: float | None = None,
     report: bool = True,
     curve_to: str | Path | None = None,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """Train the calculator agent; return base and trained held-out reward, wall time and the run paths.
 
@@ -55,6 +56,7 @@ def train(
         max_time_s: optional wall-clock budget of the training steps.
         report: write `report.html` (and the curve PNGs) into the run folder.
         curve_to: copy the validation curve PNG there (e.g. `examples/calc_autogen/reward_curve.png`).
+        model: `None` for the bundled SmolLM2-135M-Instruct, or a Hugging Face folder or Hub id.
     """
     from lightning_sdk.examples.calc_autogen.agent import MAX_TOKENS, solve
     from lightning_sdk.examples.calc_autogen.data import train_test_split
@@ -69,7 +71,7 @@ def train(
         eval_every=eval_every, save_every=0, run_dir=None if run_dir is None else str(run_dir), seed=seed,
     )  # fmt: skip
     started = time.perf_counter()
-    result = Trainer(config=config, engine=engine).fit(solve, train_tasks, val_dataset=test_tasks)
+    result = Trainer(model, config=config, engine=engine).fit(solve, train_tasks, val_dataset=test_tasks)
     wall_time_s = time.perf_counter() - started
     return {**summarize_fit(result, report=report, curve_to=curve_to), "wall_time_s": wall_time_s}
 
@@ -85,12 +87,13 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=DEFAULTS["eval_every"])
     parser.add_argument("--test-size", type=int, default=DEFAULTS["test_size"], help="Held-out problems.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default=None, help="Hugging Face model (default: the bundled 135M model).")
     parser.add_argument("--curve-to", default=str(HERE / "reward_curve.png"), help="Where to copy the curve.")
     args = parser.parse_args()
     summary = train(
         args.steps, args.run_dir, batch_size=args.batch_size, group_size=args.group_size,
         learning_rate=args.learning_rate, temperature=args.temperature, eval_every=args.eval_every,
-        test_size=args.test_size, seed=args.seed, curve_to=args.curve_to,
+        test_size=args.test_size, seed=args.seed, curve_to=args.curve_to, model=args.model,
     )  # fmt: skip
     print(f"\nheld-out reward (greedy, {args.test_size} problems): base {summary['base_reward']:.3f} "
           f"-> trained {summary['trained_reward']:.3f} after {summary['steps']} steps")  # fmt: skip

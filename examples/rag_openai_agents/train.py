@@ -38,11 +38,16 @@ def train(
     engine: Any = "auto",
     test_size: int | None = 64,
     curve_to: Path | None = EXAMPLE_DIR / "reward_curve.png",
+    *,
+    model: str | None = None,
+    data_seed: int = 0,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Train and evaluate; return base and trained held-out reward and where the run went.
 
-    `engine` may be an engine you already started (the tests share one); `overrides` go to the config.
+    `engine` may be an engine you already started (the tests share one); `model` is `None` for the bundled
+    SmolLM2-135M-Instruct, or a Hugging Face folder or Hub id; `data_seed` seeds the encyclopedia and the
+    questions; `overrides` go to the config.
     """
     from agents import set_trace_processors
 
@@ -55,8 +60,10 @@ def train(
     set_trace_processors([])
     config = make_config(steps, run_dir, **overrides)
     with tempfile.TemporaryDirectory(prefix="rag-corpus-") as corpus_dir:
-        train_tasks, test_tasks = build_tasks(corpus_dir, seed=0, test_size=test_size)
-        result = Trainer(config=config, engine=engine).fit(rag_agent, train_tasks, val_dataset=test_tasks)
+        train_tasks, test_tasks = build_tasks(corpus_dir, seed=data_seed, test_size=test_size)
+        result = Trainer(model, config=config, engine=engine).fit(
+            rag_agent, train_tasks, val_dataset=test_tasks
+        )
     return summarize_fit(result, curve_to=curve_to)
 
 
@@ -67,10 +74,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4, help="questions per step (default: 4)")
     parser.add_argument("--group-size", type=int, default=6, help="answers per question (default: 6)")
     parser.add_argument("--test-size", type=int, default=64, help="held-out questions (default: 64)")
+    parser.add_argument(
+        "--data-seed", type=int, default=0, help="seed of the corpus and questions (default: 0)"
+    )
+    parser.add_argument("--model", default=None, help="Hugging Face model (default: the bundled 135M model)")
     args = parser.parse_args()
     summary = train(
-        steps=args.steps, run_dir=args.run_dir, test_size=args.test_size,
-        batch_size=args.batch_size, group_size=args.group_size,
+        steps=args.steps, run_dir=args.run_dir, test_size=args.test_size, model=args.model,
+        data_seed=args.data_seed, batch_size=args.batch_size, group_size=args.group_size,
     )  # fmt: skip
     print(
         f"held-out token F1 (greedy): base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}"
