@@ -19,7 +19,7 @@ DEFAULTS: dict[str, Any] = {
     "group_size": 8, "batch_size": 4, "learning_rate": 2e-4, "temperature": 0.7, "max_tokens": 64,
     "eval_every": 5, "save_every": 0, "seed": 0,
     # Prompts are ~340 tokens (schema, example rows, worked examples): with 8 sequences per forward pass
-    # the run grew past 12 GB and was OOM-killed on this shared 24 GB machine; with 2 it peaked at 7.1 GB
+    # the run grew past 12 GB and was OOM-killed on this shared 24 GB machine; with 2 it peaks at 7-8 GB
     # (engine included). Fewer sequences per pass also share each prompt's forward pass with fewer others.
     "micro_batch_size": 2,
 }  # fmt: skip
