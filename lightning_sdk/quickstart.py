@@ -15,8 +15,8 @@ __all__ = ["QUICKSTART", "run_quickstart"]
 
 QUICKSTART: dict[str, Any] = {"steps": 12, "test_size": 48, "eval_every": 0, "max_time_s": 390.0}
 """The short configuration: fewer steps and held-out problems than the example's own defaults and no
-evaluation between the first and the last. Measured on a 2-core machine with no other run going: 12 steps
-of 21-47 s, 7.7 minutes in all with engine start and both evaluations, held-out reward 0.000 -> 0.604.
+evaluation between the first and the last. Measured on a 2-core machine with no other run going (2026-11-22):
+12 steps of 8-19 s, 3.5 minutes in all with engine start and both evaluations, held-out reward 0.000 -> 0.562.
 `max_time_s` ends training earlier on a busy machine, so the whole run stays within about ten minutes."""
 
 _INSTALL_HINT = (

@@ -77,6 +77,7 @@ def test_train_and_held_out_problems_are_disjoint() -> None:
     train, test = train_test_split(400, 64, seed=0)
     assert len(train) == 400 and len(test) == 64
     assert not {p["question"] for p in train} & {p["question"] for p in test}
+    assert not {p["expression"] for p in train} & {p["expression"] for p in test}  # not just new wording
     assert train_test_split(400, 64, seed=0) == (train, test)
 
 

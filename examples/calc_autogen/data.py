@@ -2,7 +2,7 @@
 
 Each task is a plain dict: the `question`, the numeric `answer` and the `expression` that computes it (a
 reference for readers; the agent never sees it). One or two operations per problem, small whole numbers,
-whole-number answers. `train_test_split` keeps the held-out questions out of the training set.
+whole-number answers. `train_test_split` keeps the held-out problems' arithmetic out of training.
 """
 
 from __future__ import annotations
@@ -83,12 +83,25 @@ def _evaluate_reference(expression: str) -> int:
     return int(value)
 
 
-def make_problems(count: int, seed: int, kinds: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
-    """`count` distinct problems (no repeated question), reproducible from `seed`."""
+def make_problems(
+    count: int,
+    seed: int,
+    kinds: tuple[int, ...] | None = None,
+    exclude_expressions: frozenset[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """`count` distinct problems (no repeated question), reproducible from `seed`; none computes one of
+    `exclude_expressions`."""
     rng, problems, seen = random.Random(seed), [], set()
+    attempts = 0
     while len(problems) < count:
+        attempts += 1
+        if attempts > 100 * count + 1000:
+            raise ValueError(
+                f"Could not generate {count} distinct problems of kinds {kinds} that avoid the held-out "
+                "expressions; ask for fewer problems or allow more kinds."
+            )
         problem = make_problem(rng, kinds)
-        if problem["question"] not in seen:
+        if problem["question"] not in seen and problem["expression"] not in exclude_expressions:
             seen.add(problem["question"])
             problems.append(problem)
     return problems
@@ -97,9 +110,10 @@ def make_problems(count: int, seed: int, kinds: tuple[int, ...] | None = None) -
 def train_test_split(
     train_size: int, test_size: int, seed: int = 0, kinds: tuple[int, ...] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Training and held-out problems; no held-out question appears in the training set."""
+    """Training and held-out problems, disjoint by arithmetic: no training problem computes the expression
+    of a held-out one (`3 + 4` about apples in training would make `3 + 4` about stamps no test of
+    anything new), so the held-out reward measures problems the model never practised."""
     test = make_problems(test_size, seed=seed * 2 + 1, kinds=kinds)
-    held_out = {problem["question"] for problem in test}
-    candidates = make_problems(train_size + test_size, seed=seed * 2 + 2, kinds=kinds)
-    train = [problem for problem in candidates if problem["question"] not in held_out][:train_size]
+    held_out = frozenset(problem["expression"] for problem in test)
+    train = make_problems(train_size, seed=seed * 2 + 2, kinds=kinds, exclude_expressions=held_out)
     return train, test
