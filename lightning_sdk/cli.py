@@ -54,9 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("lightning_sdk").setLevel(logging.INFO)  # our progress, not every HTTP request
+    from lightning_sdk.engine.models import ModelNotFoundError  # light: no torch
+
     try:
         return int(args.handler(args) or 0)
-    except (FileNotFoundError, ValueError, TypeError, ImportError) as error:
+    except (OSError, ValueError, TypeError, ImportError, ModelNotFoundError) as error:
+        # OSError covers a missing file and a port already in use: a message, not a traceback.
         print(f"lightning-sdk {args.command}: {error}", file=sys.stderr)
         return 2
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +58,43 @@ def test_bad_arguments_get_a_clear_message(tmp_path: Path, capsys: pytest.Captur
     assert "must look like module:function" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train"])  # argparse: the agent and --data are required
+
+
+def test_serve_refuses_a_taken_port_and_a_missing_model_before_loading_anything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--engine", "transformers", "--port", str(port)]) == 2
+    assert f"Cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert main(["serve", "--engine", "transformers", "--port", "0", "--model", "./no/such/model"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_serve_runs_until_interrupted_and_answers_the_openai_client() -> None:
+    import openai
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    command = [sys.executable, "-m", "lightning_sdk.cli", "serve", "--engine", "transformers", "--port", "0",
+               "--api-key", "sk-test", "--max-tokens", "8"]  # fmt: skip
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = server.stdout.readline()  # blocks until the server is up (or the process ends)
+        assert first.startswith("Serving SmolLM2-135M-Instruct at http://127.0.0.1:"), server.stderr.read()
+        base_url = first.split(" at ", 1)[1].split()[0]
+        client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, timeout=60)
+        reply = client.chat.completions.create(
+            model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Say hi."}]
+        )
+        assert reply.choices[0].message.content and reply.usage.completion_tokens <= 8
+    finally:
+        server.send_signal(signal.SIGINT)
+        returncode = server.wait(timeout=60)
+    assert returncode in (0, -signal.SIGINT, 130)
 
 
 def test_quickstart_without_autogen_names_the_install_command(

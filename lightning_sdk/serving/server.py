@@ -94,9 +94,7 @@ def start_server(
         engine, api_key=key, model_name=model_name, default_max_tokens=default_max_tokens,
         sampling_policy=sampling_policy,
     )  # fmt: skip
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = _listening_socket(host, port)
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -161,6 +159,8 @@ def serve(
     """
     from lightning_sdk.engine.factory import create_engine
 
+    if port:  # a taken port should fail now, not after the model has loaded
+        _listening_socket(host, port).close()
     built = create_engine(model, engine=engine, **engine_options)
     try:
         if adapter is not None:
@@ -179,3 +179,18 @@ def serve(
     if block:
         handle.wait()
     return handle
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port); an `OSError` that says what to do when the port is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise OSError(
+            error.errno,
+            f"Cannot listen on {host}:{port} ({error.strerror}); choose another port, or port 0 for a free one",
+        ) from error
+    return sock
