@@ -264,7 +264,9 @@ def test_two_training_steps_end_to_end(engine: Any, tmp_path: Path, agents_instr
     assert (tmp_path / "curve.png").exists() and Path(summary["report"]).exists()
     with EpisodeStore(run_dir / "episodes.sqlite") as store:
         episodes = list(store.episodes())
-    assert episodes and all(0.0 <= (episode.reward or 0.0) <= 1.0 for episode in episodes)
+    assert episodes and all(
+        episode.reward is not None and 0.0 <= episode.reward <= 1.0 for episode in episodes
+    )
     calls = [call for episode in episodes for call in episode.calls]
     assert calls and all(call.agent_name == AGENT_NAME for call in calls)
     assert all(call.prompt_token_ids and call.completion_token_ids for call in calls)

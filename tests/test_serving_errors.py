@@ -47,12 +47,10 @@ def _assert_next_request_works(endpoint) -> None:
     assert reply.choices[0].token_ids
 
 
-@pytest.mark.parametrize(("change", "status", "mentions"), BAD_CHAT_REQUESTS)
-def test_bad_chat_request_is_refused_cleanly(served_endpoint, change, status, mentions) -> None:
-    endpoint = served_endpoint.endpoint
-    body = {"model": endpoint.model, "messages": HI, "max_tokens": 4, **change}
+def _assert_refused(endpoint, path: str, body: dict, status: int, mentions: str) -> None:
+    """POST `body`; expect `status` with an OpenAI error object naming `mentions` (its param or code)."""
     response = httpx.post(
-        f"{endpoint.base_url}/chat/completions",
+        f"{endpoint.base_url}{path}",
         json=body,
         headers={"Authorization": f"Bearer {endpoint.api_key}"},
         timeout=60,
@@ -62,6 +60,13 @@ def test_bad_chat_request_is_refused_cleanly(served_endpoint, change, status, me
     assert set(error) == {"message", "type", "param", "code"}
     assert error["code"] == mentions or (error["param"] or "").startswith(mentions), error
     _assert_next_request_works(endpoint)
+
+
+@pytest.mark.parametrize(("change", "status", "mentions"), BAD_CHAT_REQUESTS)
+def test_bad_chat_request_is_refused_cleanly(served_endpoint, change, status, mentions) -> None:
+    endpoint = served_endpoint.endpoint
+    body = {"model": endpoint.model, "messages": HI, "max_tokens": 4, **change}
+    _assert_refused(endpoint, "/chat/completions", body, status, mentions)
 
 
 BAD_COMPLETION_REQUESTS = [
@@ -79,16 +84,7 @@ BAD_COMPLETION_REQUESTS = [
 def test_bad_completion_request_is_refused_cleanly(served_endpoint, change, status, mentions) -> None:
     endpoint = served_endpoint.endpoint
     body = {"model": endpoint.model, "prompt": "Once upon a time", "max_tokens": 4, **change}
-    response = httpx.post(
-        f"{endpoint.base_url}/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {endpoint.api_key}"},
-        timeout=60,
-    )
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["code"] == mentions or (error["param"] or "").startswith(mentions), error
-    _assert_next_request_works(endpoint)
+    _assert_refused(endpoint, "/completions", body, status, mentions)
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", b""])

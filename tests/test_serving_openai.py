@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -255,3 +256,28 @@ def test_sampling_policy_overrides_requests(vllm_engine) -> None:
             model="anything", messages=QUESTION, max_tokens=9, temperature=0
         )
         assert len(reply.choices[0].token_ids) == 9 or reply.choices[0].finish_reason == "stop"
+
+
+def test_adapter_update_reaches_http_clients_with_its_version(served_endpoint, lora_adapter_dir) -> None:
+    # What the trainer relies on between steps: after an update the same endpoint serves the new weights,
+    # and responses and /v1/models name the version that produced them.
+    endpoint, engine = served_endpoint.endpoint, served_endpoint.engine
+    client = endpoint.openai_client()
+
+    def ask() -> Any:
+        return client.chat.completions.create(
+            model=endpoint.model, messages=QUESTION, max_tokens=12, temperature=0
+        )
+
+    before = ask()
+    try:
+        engine.load_adapter(lora_adapter_dir, version="step-1")
+        after = ask()
+        assert after.weight_version == "step-1"
+        assert after.choices[0].token_ids != before.choices[0].token_ids
+        assert client.models.list().data[0].weight_version == "step-1"
+    finally:
+        engine.load_adapter(None, version=None)
+    restored = ask()
+    assert restored.weight_version is None
+    assert restored.choices[0].token_ids == before.choices[0].token_ids
