@@ -61,7 +61,8 @@ class PromptTooLongError(ValueError):
         )
 
 
-# torch's generators take 64-bit seeds; a larger one fails inside the engine's step, not at the request.
+# torch's generators take 64-bit seeds: a larger one must be refused with the request, since inside the
+# engine's step it would fail the whole batch (and leave vLLM broken).
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 
