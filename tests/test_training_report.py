@@ -14,18 +14,13 @@ from lightning_sdk.training.report import write_report
 
 
 def tool_call_episode(reward: float) -> Episode:
+    tool_call = {"id": "c1", "type": "function",
+                 "function": {"name": "calculator", "arguments": json.dumps({"expression": "20 - 5"})}}  # fmt: skip
     call = LLMCall(
         agent_name="math_solver",
         messages=[{"role": "user", "content": "Mia had 20 eggs and gave 5 away."}],
         text=None,
-        response_message={
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "calculator", "arguments": json.dumps({"expression": "20 - 5"})}},
-            ],  # fmt: skip
-        },
+        response_message={"role": "assistant", "content": None, "tool_calls": [tool_call]},
     )
     episode = Episode(name="solver", task={"q": 1}, output="15", calls=[call], metadata={"step": 1})
     episode.rewards["answer"] = reward
