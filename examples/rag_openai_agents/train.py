@@ -33,7 +33,7 @@ def make_config(steps: int, run_dir: str | None, **overrides: Any) -> Any:
 
 
 def train(
-    steps: int = 10,
+    steps: int = 20,
     run_dir: str | None = None,
     engine: Any = "auto",
     test_size: int | None = 64,
@@ -69,7 +69,7 @@ def train(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10, help="training steps (default: 10)")
+    parser.add_argument("--steps", type=int, default=20, help="training steps (default: 20)")
     parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<date-time>)")
     parser.add_argument("--batch-size", type=int, default=4, help="questions per step (default: 4)")
     parser.add_argument("--group-size", type=int, default=6, help="answers per question (default: 6)")
