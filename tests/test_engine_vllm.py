@@ -139,3 +139,12 @@ def test_call_when_idle_waits_for_the_running_requests(vllm_engine, chat_prompt_
     assert unfinished_inside_call is False
     assert result.completions[0].finish_reason in ("stop", "length")
     assert len(result.completions[0].token_ids) > 0
+
+
+def test_a_second_engine_in_the_process_is_refused(vllm_engine, bundled_model) -> None:
+    # vLLM's parallel state is process-wide: a second engine next to a running one broke the first.
+    from lightning_sdk.engine import VLLMEngine
+
+    with pytest.raises(RuntimeError, match="already running in this process"):
+        VLLMEngine(bundled_model)
+    assert vllm_engine.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2))[0].completions

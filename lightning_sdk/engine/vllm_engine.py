@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,6 +75,7 @@ class VLLMEngine(EngineBase):
         gpu_memory_utilization: float = 0.5,
         **engine_kwargs: Any,
     ) -> None:
+        _refuse_a_second_engine()
         self.model: ResolvedModel = model if isinstance(model, ResolvedModel) else resolve_model(model)
         import_vllm()
         from vllm import EngineArgs
@@ -122,6 +124,7 @@ class VLLMEngine(EngineBase):
         )
         self._asleep = False
         self._loop = StepLoop(self._engine, before_step=self._use_serving_threads)
+        _running_engines.add(self)
         self.wake()
 
     def _submit(
@@ -254,6 +257,7 @@ class VLLMEngine(EngineBase):
         """Stop the engine thread, free the model and give torch its original threads back."""
         self._loop.stop()
         self._user_threads.restore()
+        _running_engines.discard(self)
         engine, self._engine = self._engine, None
         if engine is not None:
             try:
@@ -261,6 +265,22 @@ class VLLMEngine(EngineBase):
             except Exception:  # best effort while tearing down
                 log.debug("vLLM engine core shutdown failed", exc_info=True)
         self._merged = None  # type: ignore[assignment]  # frees its base weights
+
+
+# vLLM keeps its parallel state (process groups) in process-wide globals. Two in-process engines alive at
+# once share them, and shutting one down left the other failing every request ("pipeline model parallel
+# group is not initialized"); one engine after another works.
+_running_engines: weakref.WeakSet[VLLMEngine] = weakref.WeakSet()
+
+
+def _refuse_a_second_engine() -> None:
+    if any(engine._engine is not None for engine in _running_engines):
+        raise RuntimeError(
+            "A VLLMEngine is already running in this process, and vLLM supports only one per process (its "
+            "parallel state is process-wide). Reuse that engine (Trainer(engine=...) and "
+            "lightning_sdk.serving.start_server accept it), call its shutdown() first, or start the second one "
+            "in another process."
+        )
 
 
 def _choose_weight_sync(requested: str, on_cpu: bool) -> WeightSync:
