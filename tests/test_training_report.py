@@ -45,3 +45,12 @@ def test_report_shows_curves_and_the_tool_calls_of_sample_episodes(tmp_path: Pat
 def test_report_on_a_folder_without_metrics_says_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl records"):
         write_report(tmp_path)
+
+
+def test_report_of_a_run_whose_episodes_all_failed(tmp_path: Path) -> None:
+    # The run a user most needs to look at: no reward anywhere (NaN is stored as null).
+    with MetricsWriter(tmp_path) as writer:
+        writer.log(0, {"val_reward": float("nan")})
+        writer.log(1, {"reward_mean": float("nan"), "episodes_failed": 8})
+    page = write_report(tmp_path).read_text()
+    assert "n/a → n/a" in page

@@ -87,14 +87,19 @@ def _summary_table(history: list[dict[str, Any]]) -> str:
     evals = [record for record in history if "val_reward" in record]
     rows = [("steps trained", str(max((int(r["step"]) for r in steps), default=0)))]
     if evals:
-        rows.append(("validation reward, first → last", f"{evals[0]['val_reward']:.3f} → {evals[-1]['val_reward']:.3f}"))
+        rows.append(("validation reward, first → last", f"{_number(evals[0]['val_reward'])} → {_number(evals[-1]['val_reward'])}"))
     if steps:
-        rows.append(("training reward, first → last step", f"{steps[0]['reward_mean']:.3f} → {steps[-1]['reward_mean']:.3f}"))
+        rows.append(("training reward, first → last step", f"{_number(steps[0]['reward_mean'])} → {_number(steps[-1]['reward_mean'])}"))
         seconds = [r["time_step_s"] for r in steps if "time_step_s" in r]
         if seconds:
             rows.append(("seconds per step (median)", f"{sorted(seconds)[len(seconds) // 2]:.1f}"))
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
+
+
+def _number(value: Any) -> str:
+    # A step whose episodes all failed has no mean reward: metrics.jsonl holds null (its NaN).
+    return f"{value:.3f}" if isinstance(value, int | float) and math.isfinite(value) else "n/a"
 
 
 def _sample_episodes(run_dir: Path, count: int) -> list[Episode]:
