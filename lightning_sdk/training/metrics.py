@@ -176,13 +176,9 @@ class ProgressBar:
         self.stream = stream if stream is not None else sys.stderr
         self._bar = None
         self._last_time = time.monotonic()
-        if enabled:
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:
-                tqdm = None
-            if tqdm is not None:
-                self._bar = tqdm(total=total, initial=initial, desc="training", unit="step", file=self.stream)
+        tqdm = _tqdm() if enabled else None
+        if tqdm is not None:
+            self._bar = tqdm(total=total, initial=initial, desc="training", unit="step", file=self.stream)
 
     def update(self, step: int, metrics: Mapping[str, Any]) -> str:
         """Advance to `step` and show the key metrics; returns the text shown."""
@@ -224,11 +220,8 @@ class EvaluationProgress:
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
         self._bar = None
-        if enabled:
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:
-                return
+        tqdm = _tqdm() if enabled else None
+        if tqdm is not None:
             label = "evaluating the base model" if step == 0 else f"evaluating after step {step}"
             self._bar = tqdm(total=total, desc=label, unit="task", leave=False, file=self.stream)
 
@@ -252,3 +245,12 @@ class EvaluationProgress:
         elif self.enabled:
             print(text, file=self.stream, flush=True)
         return text
+
+
+def _tqdm() -> Any:
+    """tqdm's class when it is installed (it comes with the train extra), else None: progress then prints lines."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm

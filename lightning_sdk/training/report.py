@@ -50,11 +50,7 @@ def plot_curves(history: list[dict[str, Any]], folder: Path) -> list[Path]:
 
 
 def _series(history: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
-    return [
-        (int(record["step"]), float(record[key]))
-        for record in history
-        if isinstance(record.get(key), int | float) and math.isfinite(record[key])
-    ]
+    return [(int(record["step"]), float(record[key])) for record in history if _finite(record.get(key))]
 
 
 def write_report(run_dir: str | Path, episodes_shown: int = 6) -> Path:
@@ -99,7 +95,11 @@ def _summary_table(history: list[dict[str, Any]]) -> str:
 
 def _number(value: Any) -> str:
     # A step whose episodes all failed has no mean reward: metrics.jsonl holds null (its NaN).
-    return f"{value:.3f}" if isinstance(value, int | float) and math.isfinite(value) else "n/a"
+    return f"{value:.3f}" if _finite(value) else "n/a"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _sample_episodes(run_dir: Path, count: int) -> list[Episode]:
