@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import lightning_sdk as ls
+from lightning_sdk.engine.text import complete_text
 
 pytestmark = pytest.mark.slow
 
@@ -16,6 +17,12 @@ QUESTION = [{"role": "user", "content": "What is 12 + 7?"}]
 
 def _decode(served_endpoint, ids: list[int]) -> str:
     return served_endpoint.engine.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _text(served_endpoint, ids: list[int]) -> str:
+    """The text a reply carries for its ids: a sampled reply may end inside a multi-byte character, whose
+    bytes are not text yet (see lightning_sdk.engine.text and tests/test_engine_text.py)."""
+    return complete_text(served_endpoint.engine.tokenizer, ids)
 
 
 def test_sync_chat_returns_prompt_and_completion_ids(served_endpoint, chat_prompt_ids) -> None:
@@ -65,7 +72,7 @@ async def test_async_chat_with_logprobs(served_endpoint) -> None:
         top_logprobs=2,
     )
     choice = reply.choices[0]
-    assert _decode(served_endpoint, choice.token_ids) == choice.message.content
+    assert _text(served_endpoint, choice.token_ids) == choice.message.content
     entries = choice.logprobs.content
     assert [e.logprob for e in entries] == pytest.approx(choice.token_logprobs)
     assert all(len(e.top_logprobs) == 2 for e in entries)
@@ -104,7 +111,7 @@ def test_streamed_chat_chunks_carry_ids(served_endpoint) -> None:
                 finish[choice.index] = choice.finish_reason
     assert prompt_ids
     for index in (0, 1):
-        assert ids[index] and _decode(served_endpoint, ids[index]) == text[index]
+        assert ids[index] and _text(served_endpoint, ids[index]) == text[index]
         assert len(logprobs[index]) == len(ids[index])
         assert finish[index] in ("stop", "length")
     assert usage.completion_tokens == len(ids[0]) + len(ids[1])
@@ -144,7 +151,7 @@ async def test_32_concurrent_chats_all_succeed(served_endpoint) -> None:
     assert len(replies) == 32
     for reply in replies:
         choice = reply.choices[0]
-        assert choice.token_ids and _decode(served_endpoint, choice.token_ids) == choice.message.content
+        assert choice.token_ids and _text(served_endpoint, choice.token_ids) == choice.message.content
     await client.close()
 
 

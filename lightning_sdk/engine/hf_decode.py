@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from lightning_sdk.engine.text import REPLACEMENT_CHARACTER
 from lightning_sdk.engine.types import CompletionDelta, SamplingParams
 
 __all__ = ["Row", "decode_batch", "sample_token"]
@@ -29,6 +30,8 @@ class Row:
     generator: torch.Generator
     cancelled: Callable[[], bool] = lambda: False
     token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    """Text of the tokens up to the last one that finishes a character (see `lightning_sdk.engine.text`)."""
     text_sent: int = 0
     finish_reason: str | None = None
 
@@ -107,8 +110,10 @@ def decode_batch(model: Any, tokenizer: Any, rows: Sequence[Row], eos_ids: set[i
 def _advance(row: Row, logits: torch.Tensor, tokenizer: Any, eos_ids: set[int]) -> None:
     token, logprob, top = sample_token(logits, row.params, row.generator)
     row.token_ids.append(token)
-    text = tokenizer.decode(row.token_ids, skip_special_tokens=True)
-    finish = None
+    decoded = tokenizer.decode(row.token_ids, skip_special_tokens=True)
+    if not decoded.endswith(REPLACEMENT_CHARACTER):  # else this token left a character unfinished
+        row.text = decoded
+    text, finish = row.text, None
     stop_at = min((text.find(s) for s in row.params.stop if s in text), default=-1)
     if stop_at >= 0:
         text, finish = text[:stop_at], "stop"
@@ -116,7 +121,7 @@ def _advance(row: Row, logits: torch.Tensor, tokenizer: Any, eos_ids: set[int]) 
         finish = "stop"
     elif len(row.token_ids) >= row.params.max_tokens:
         finish = "length"
-    # Hold back text that may still change: an incomplete UTF-8 character, or a possible stop-string start.
+    # Hold back text that may still change: a possible start of a stop string.
     safe = len(text) if finish else _safe_length(text, row.params.stop)
     new_text, row.text_sent = text[row.text_sent : safe], max(row.text_sent, safe)
     row.finish_reason = finish
@@ -124,7 +129,7 @@ def _advance(row: Row, logits: torch.Tensor, tokenizer: Any, eos_ids: set[int]) 
 
 
 def _safe_length(text: str, stops: Sequence[str]) -> int:
-    safe = len(text.rstrip("\ufffd"))
+    safe = len(text)
     for stop in stops:
         for size in range(min(len(stop) - 1, safe), 0, -1):
             if text[:safe].endswith(stop[:size]):
