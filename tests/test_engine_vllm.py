@@ -89,26 +89,35 @@ def test_prompt_longer_than_the_context_is_refused(vllm_engine) -> None:
         vllm_engine.generate([[1] * 2040], SamplingParams(max_tokens=16))
 
 
-def test_torch_threads_are_restored_for_training(vllm_engine, chat_prompt_ids) -> None:
+def test_sleep_gives_torch_its_threads_and_holds_requests_until_wake(vllm_engine, chat_prompt_ids) -> None:
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
 
     assert torch.set_num_threads is vllm_engine._user_threads.set_num_threads  # vLLM's no-op replaced back
     user_threads, serving_threads = vllm_engine._user_threads.count, vllm_engine._serving_threads
     vllm_engine.sleep()
     try:
+        assert vllm_engine.asleep == {"weights", "kv_cache"}  # vLLM's own state: its scheduler is paused
         assert torch.get_num_threads() == user_threads
         other = 1 if serving_threads != 1 else 2
         torch.set_num_threads(other)
         assert torch.get_num_threads() == other  # really applied, not swallowed
-        # A request while asleep still runs: the engine steps with the thread count it started with.
-        [result] = vllm_engine.generate(
-            [chat_prompt_ids(QUESTION)], SamplingParams(temperature=0, max_tokens=4)
-        )
+        params = SamplingParams(temperature=0, max_tokens=4)
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(vllm_engine.generate, [chat_prompt_ids(QUESTION)], params)
+            time.sleep(1.0)
+            assert not waiting.done()  # a sleeping engine schedules nothing (on a GPU its memory is gone)
+            vllm_engine.wake()
+            # ...and serves it on waking, with the thread count it started with.
+            [result] = waiting.result(timeout=120)
         assert len(result.completions[0].token_ids) == 4
     finally:
         torch.set_num_threads(user_threads)
         vllm_engine.wake()
     assert torch.get_num_threads() == serving_threads
+    assert vllm_engine.asleep == set()
 
 
 async def test_blocking_generate_works_inside_an_event_loop(vllm_engine, chat_prompt_ids) -> None:

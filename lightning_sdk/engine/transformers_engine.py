@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_sdk.engine.base import EngineBase
 from lightning_sdk.engine.lora_merge import load_safetensors_folder, merge_lora_adapter
 from lightning_sdk.engine.models import ResolvedModel, resolve_model
+from lightning_sdk.engine.placement import auto_dtype, plan_placement
 from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
     EngineError,
@@ -39,7 +40,8 @@ class TransformersEngine(EngineBase):
     Args:
         model: `None` (bundled SmolLM2-135M-Instruct), a local Hugging Face folder or a Hub id.
         dtype: "auto" (float32 on CPU, bfloat16 on GPU), or a torch dtype name.
-        device: "cpu", "cuda", ...; default: CUDA when available.
+        device: "cpu", "cuda:0", ...; default: this process's device (`lightning_sdk.engine.placement`: the
+            GPU of its local rank when there are GPUs). A bare "cuda" means the current GPU.
         max_model_len: Context window; default: the model's `max_position_embeddings`, at most 4096.
         max_batch_size: Most completions decoded together.
         max_n: Largest `n` a request may ask for.
@@ -63,7 +65,7 @@ class TransformersEngine(EngineBase):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.model: ResolvedModel = model if isinstance(model, ResolvedModel) else resolve_model(model)
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = _explicit_device(device or plan_placement().device)
         torch_dtype = _torch_dtype(dtype, self.device)
         self._tokenizer = AutoTokenizer.from_pretrained(self.model.path)
         self._model = AutoModelForCausalLM.from_pretrained(self.model.path, dtype=torch_dtype).to(self.device)
@@ -214,9 +216,16 @@ class TransformersEngine(EngineBase):
 def _torch_dtype(dtype: str, device: str) -> Any:
     import torch
 
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    return getattr(torch, dtype)
+    return getattr(torch, auto_dtype(device) if dtype == "auto" else dtype)
+
+
+def _explicit_device(device: str) -> str:
+    # The current GPU is per thread, and the engine decodes on its own thread: name the index.
+    if device == "cuda":
+        import torch
+
+        return f"cuda:{torch.cuda.current_device()}"
+    return device
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from lightning_sdk.engine.base import EngineBase
 from lightning_sdk.engine.models import ResolvedModel, resolve_model
+from lightning_sdk.engine.placement import plan_placement
 from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
     MAX_TOP_LOGPROBS,
@@ -44,8 +45,11 @@ class VLLMEngine(EngineBase):
     - `"lora"` (default on GPU): `load_adapter` hot-loads the adapter under a new id; fast to swap, but the
       CPU LoRA kernels decode several times slower than the base model.
 
-    On CPU, `sleep()` gives torch its original thread count back for training and `wake()` sets the serving
-    thread count again; on GPU they use vLLM's sleep mode (level 1: weights offloaded, KV cache freed).
+    Between rollouts the trainer puts the engine to sleep with vLLM's sleep mode, level 1: on a GPU its
+    weights move to host memory and its KV cache is freed; on a CPU, where vLLM keeps memory as it is, torch
+    gets its original thread count back for training. A sleeping engine schedules no request: requests that
+    arrive meanwhile wait for `wake()`. New weights can be loaded while it sleeps: the weights are woken
+    first (see `load_adapter`).
 
     Args:
         model: `None` (bundled SmolLM2-135M-Instruct), a local Hugging Face folder or a Hub id.
@@ -57,8 +61,11 @@ class VLLMEngine(EngineBase):
         seed: Engine seed; requests without their own seed sample from it.
         serving_threads: torch threads for serving on CPU (default: the current count). vLLM's CPU attention
             is planned for the thread count at start, so the engine keeps that count whenever it steps.
-        gpu_memory_utilization: Share of GPU memory vLLM may use (GPU only; leave room for training).
-        engine_kwargs: Further `vllm.EngineArgs` fields.
+        gpu_memory_utilization: Share of GPU memory vLLM may use (GPU only; leave room for training);
+            default: `lightning_sdk.engine.placement.DEFAULT_GPU_MEMORY_SHARE`.
+        engine_kwargs: Further `vllm.EngineArgs` fields. Under torchrun, `distributed_executor_backend`
+            defaults to `"external_launcher"` (`lightning_sdk.engine.placement`): each rank's engine on the
+            GPU of its local rank, in the job's process group.
     """
 
     def __init__(
@@ -72,10 +79,14 @@ class VLLMEngine(EngineBase):
         max_n: int = 16,
         seed: int = 0,
         serving_threads: int | None = None,
-        gpu_memory_utilization: float = 0.5,
+        gpu_memory_utilization: float | None = None,
         **engine_kwargs: Any,
     ) -> None:
         _refuse_a_second_engine()
+        placement = plan_placement(**({} if gpu_memory_utilization is None else
+                                      {"gpu_memory_utilization": gpu_memory_utilization}))  # fmt: skip
+        if placement.executor_backend is not None:
+            engine_kwargs.setdefault("distributed_executor_backend", placement.executor_backend)
         self.model: ResolvedModel = model if isinstance(model, ResolvedModel) else resolve_model(model)
         import_vllm()
         from vllm import EngineArgs
@@ -103,8 +114,9 @@ class VLLMEngine(EngineBase):
             # that is the behaviour policy the trainer's importance ratios need.
             logprobs_mode="processed_logprobs",
             generation_config="vllm",  # our request parameters are the whole truth
+            # vLLM's CPU worker keeps its memory when asleep; its engine core still pauses scheduling.
             enable_sleep_mode=not self.on_cpu,
-            gpu_memory_utilization=gpu_memory_utilization,
+            gpu_memory_utilization=placement.gpu_memory_utilization,
             disable_log_stats=True,
             **engine_kwargs,
         )
@@ -113,6 +125,8 @@ class VLLMEngine(EngineBase):
         finally:
             self._serving_threads = _torch_threads()  # what vLLM planned its kernels for
             self._user_threads.restore()  # undo vLLM's replacement of torch.set_num_threads
+        self.device: str = "cpu" if self.on_cpu else f"cuda:{_current_gpu()}"
+        """Where the model runs (vLLM's worker made its GPU current while it started)."""
         self.max_model_len: int = self._engine.model_config.max_model_len
         self._tokenizer = self._engine.get_tokenizer()
         self._version: WeightVersion = None
@@ -122,8 +136,7 @@ class VLLMEngine(EngineBase):
         self._merged = MergedAdapterWriter(
             self.model.path, self._engine.model_config.dtype, self._run_on_worker, self._reload
         )
-        self._asleep = False
-        self._loop = StepLoop(self._engine, before_step=self._use_serving_threads)
+        self._loop = StepLoop(self._engine, before_step=self._use_serving_threads, on_start=self._use_device)
         _running_engines.add(self)
         self.wake()
 
@@ -165,7 +178,9 @@ class VLLMEngine(EngineBase):
 
         Requests already running finish with the weights they started on where possible (`"lora"`), or
         continue on the new weights from the next step (`"merge"`); new requests use the new weights.
+        A sleeping engine gets its weights woken first and its KV cache stays asleep until `wake()`.
         """
+        self._wake_weights()
         if self.weight_sync == "merge":
             self._merged.load(path)
             self._version = version
@@ -178,7 +193,7 @@ class VLLMEngine(EngineBase):
                 f"adapter-{self._next_lora_id}", self._next_lora_id, str(Path(path).resolve())
             )
             self._next_lora_id += 1
-            self._loop.call(lambda engine: engine.add_lora(request))
+            self._loop.call(_writing(lambda engine: engine.add_lora(request)))
         self._serve_lora(request)
         self._version = version
 
@@ -196,7 +211,9 @@ class VLLMEngine(EngineBase):
 
         Uses vLLM's `reload_weights` worker method, which also redoes the CPU backend's weight
         post-processing; the prefix cache is reset because its KV entries came from the old weights.
+        With `weight_sync="lora"`, vLLM drops every loaded adapter after a reload, and so does this engine.
         """
+        self._wake_weights()
         self._reload(dict(weights.items() if isinstance(weights, Mapping) else weights))
         self._merged.forget_base()
         if self._lora is not None:  # the new weights are the whole model: no adapter on top of them
@@ -215,41 +232,84 @@ class VLLMEngine(EngineBase):
             self._run_on_worker("reload_weights", weights_iterator=iter(items))
 
     def _run_on_worker(self, method: str | Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a worker method (a name, or `function(worker, *args)`) between two engine steps."""
+        """Run a worker method (a name, or `function(worker, *args)`) that writes weights, between two
+        engine steps."""
 
         def run(engine: Any) -> T:
             [result] = engine.collective_rpc(method, args=args, kwargs=kwargs)
             engine.reset_prefix_cache()  # its KV entries may come from the weights just replaced
             return result
 
-        return self._loop.call(run)
+        return self._loop.call(_writing(run))
 
     # -- lifecycle -----------------------------------------------------------------------------------------
+    @property
+    def asleep(self) -> frozenset[str]:
+        """vLLM's memory pools that are asleep: `{"weights", "kv_cache"}` after `sleep()`, `{"kv_cache"}`
+        after new weights were loaded into a sleeping engine, empty when awake."""
+        return frozenset(self._loop.call(lambda engine: set(engine.model_executor.sleeping_tags)))
+
     def sleep(self) -> None:
-        """Between rollouts: GPU - vLLM sleep level 1; CPU - torch's thread count goes back to the user's."""
-        if self._asleep:
-            return
+        """Between rollouts: vLLM sleep level 1 (GPU: weights to host memory, KV cache freed), and on CPU
+        torch's thread count back to the user's. Requests in flight finish first."""
+        # vLLM's own "wait" mode raises for an in-process engine core, so the loop runs the call once no
+        # request is left, and "abort" then has nothing to abort.
+        self._loop.call_when_idle(_sleep_if_awake)
         if self.on_cpu:
             self._user_threads.apply(self._user_threads.count)
-        else:
-            # In-flight requests finish first: the loop runs the call once none is left, and "abort" then
-            # has nothing to abort. (vLLM's own "wait" mode raises for an in-process engine core.)
-            self._loop.call_when_idle(lambda engine: engine.sleep(level=1, mode="abort"))
-        self._asleep = True
 
     def wake(self) -> None:
-        """Before a rollout: undo `sleep` (GPU: weights back before the KV cache, so it can be sized)."""
+        """Before a rollout: undo `sleep`. The weights wake before the KV cache, which vLLM sizes around them;
+        requests queued while asleep start now."""
         if self.on_cpu:
             self._user_threads.apply(self._serving_threads)
-        elif self._asleep:
+        if not self.asleep:
+            return
+        self._wake_weights()
+        self._release_cached_gpu_memory()
+        self._loop.call(lambda engine: engine.wake_up(tags=["kv_cache"]))
+        if self._lora is not None:
+            # vLLM #53888: after a level-1 wake the LoRA state was found silently stale on some GPUs (the
+            # adapter stopped applying). Loading the served adapter again under a new id costs ~50 ms.
+            self._reload_served_lora()
+
+    def _wake_weights(self) -> None:
+        # Weights are written only while their memory is mapped: on a GPU, level-1 sleep unmaps the weights
+        # pool (which holds the LoRA buffers too) and wake_up copies the host backup back, so a write while
+        # asleep faults or is silently undone at the wake (the order TRL keeps for the same reason, trl#5142).
+        if "weights" in self.asleep:
+            self._release_cached_gpu_memory()
             self._loop.call(lambda engine: engine.wake_up(tags=["weights"]))
-            self._loop.call(lambda engine: engine.wake_up(tags=["kv_cache"]))
-        self._asleep = False
+
+    def _release_cached_gpu_memory(self) -> None:
+        # The trainer's freed activations stay in torch's caching allocator; vLLM's wake maps new memory
+        # and would run out of it (TRL empties the cache before every wake for this).
+        if not self.on_cpu:
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def _reload_served_lora(self) -> None:
+        from vllm.lora.request import LoRARequest
+
+        served = self._lora
+        request = LoRARequest(f"adapter-{self._next_lora_id}", self._next_lora_id, served.lora_path)
+        self._next_lora_id += 1
+        self._loop.call(_writing(lambda engine: engine.add_lora(request)))
+        self._serve_lora(request)
+
+    def _use_device(self) -> None:
+        # Runs first on the engine thread: the current GPU is per thread, and vLLM's kernels and caches
+        # allocate on the current one, which would be GPU 0 for every rank.
+        if not self.on_cpu:
+            import torch
+
+            torch.cuda.set_device(self.device)
 
     def _use_serving_threads(self) -> None:
         # Runs on the engine thread before every step. vLLM's CPU attention fails ("thread_num == thread_num")
-        # when torch's thread count differs from the one it started with, so a request arriving while asleep,
-        # or a user's torch.set_num_threads, must not reach a step with another count.
+        # when torch's thread count differs from the one it started with, so a user's torch.set_num_threads
+        # must not reach a step with another count.
         if self.on_cpu and _torch_threads() != self._serving_threads:
             self._user_threads.apply(self._serving_threads)
 
@@ -281,6 +341,28 @@ def _refuse_a_second_engine() -> None:
             "lightning_sdk.serving.start_server accept it), call its shutdown() first, or start the second one "
             "in another process."
         )
+
+
+def _sleep_if_awake(engine: Any) -> None:
+    if not engine.model_executor.sleeping_tags:
+        engine.sleep(level=1, mode="abort")
+
+
+def _writing(write: Callable[[Any], T]) -> Callable[[Any], T]:
+    """`write(engine)`, refused while vLLM's weights sleep (the engine's methods wake them before writing)."""
+
+    def checked(engine: Any) -> T:
+        if "weights" in engine.model_executor.sleeping_tags:
+            raise RuntimeError("Internal error: weights would be written while vLLM's weight memory sleeps.")
+        return write(engine)
+
+    return checked
+
+
+def _current_gpu() -> int:
+    import torch
+
+    return torch.cuda.current_device()
 
 
 def _choose_weight_sync(requested: str, on_cpu: bool) -> WeightSync:

@@ -28,9 +28,15 @@ _STOP = object()
 class StepLoop:
     """Owns a vLLM `LLMEngine` on a dedicated daemon thread."""
 
-    def __init__(self, engine: Any, before_step: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        before_step: Callable[[], None] | None = None,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
         self._engine = engine
         self._before_step = before_step
+        self._on_start = on_start
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._streams: dict[str, tuple[RequestStream, bool]] = {}
         self._when_idle: list[Callable[[], None]] = []  # commands waiting for the running requests to end
@@ -122,6 +128,12 @@ class StepLoop:
         self._inbox.put(command)
 
     def _run(self) -> None:
+        if self._on_start is not None:
+            try:
+                self._on_start()
+            except Exception as error:
+                log.exception("vLLM engine thread could not start")
+                self._dead = error
         while True:
             try:
                 if not self._run_once():
@@ -131,12 +143,17 @@ class StepLoop:
                 self._dead = error
                 self._fail_all(EngineError(f"The vLLM engine failed: {error}"))
 
+    def _steppable(self) -> bool:
+        # A sleeping engine keeps the requests that arrive but schedules none until it wakes: stepping it
+        # would only spin, taking a core from the training that runs meanwhile.
+        engine = self._engine
+        return self._dead is None and engine.has_unfinished_requests() and not engine.is_sleeping()
+
     def _run_once(self) -> bool:
         """Run the commands that have arrived, then one engine step; False once asked to stop."""
-        running = self._dead is None and self._engine.has_unfinished_requests()
         # Block while idle; while requests decode (or calls wait to run when idle), only pick up what has
         # already arrived.
-        commands = [] if running or self._when_idle else [self._inbox.get()]
+        commands = [] if self._steppable() or self._when_idle else [self._inbox.get()]
         while True:
             try:
                 commands.append(self._inbox.get_nowait())
@@ -147,9 +164,9 @@ class StepLoop:
                 self._fail_all(EngineError("The engine was shut down while the request was running."))
                 return False
             command()
-        if self._dead is None and self._engine.has_unfinished_requests():
+        if self._steppable():
             self._step()
-        elif self._when_idle:  # nothing running (or the engine is broken: the calls report that)
+        elif self._when_idle:  # nothing running (asleep, or the engine is broken: the calls report that)
             waiting, self._when_idle = self._when_idle, []
             for command in waiting:
                 command()

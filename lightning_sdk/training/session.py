@@ -24,6 +24,7 @@ from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.distributed import Distributed
 from lightning_sdk.training.rollout import Rollout
+from lightning_sdk.training.run_dir import write_rank_info
 
 __all__ = ["TrainingSession"]
 
@@ -46,7 +47,8 @@ class TrainingSession:
     episodes: EpisodeStore | None
     sampling: SamplingPolicy
     distributed: Distributed
-    engine_threads: Any = None
+    owns_engine: bool = True
+    """False for an engine the caller passed in: `close()` leaves it awake and running."""
 
     @classmethod
     def start(
@@ -55,12 +57,14 @@ class TrainingSession:
         """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
         from lightning_sdk.engine.factory import create_engine
         from lightning_sdk.engine.models import resolve_model
+        from lightning_sdk.engine.placement import plan_placement
         from lightning_sdk.serving.server import start_server
         from lightning_sdk.training.lora import build_lora_model, load_base_model
         from lightning_sdk.training.metrics import MetricsWriter
         from lightning_sdk.training.optim import build_optimizer, build_scheduler
 
-        distributed = Distributed.from_environment()
+        placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
+        distributed = Distributed.from_environment(placement)
         owns_engine = isinstance(engine_kind, str)
         if owns_engine:
             resolved = resolve_model(model)
@@ -78,9 +82,11 @@ class TrainingSession:
             if owns_engine:
                 engine.shutdown()
             raise
-        engine.sleep()  # torch gets its threads back while we build the policy
-        policy = build_lora_model(load_base_model(resolved.path, config.dtype), config)
-        policy = distributed.wrap(policy)
+        engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
+        base = load_base_model(resolved.path, placement.training_dtype(config.dtype), device=placement.device)
+        policy = distributed.wrap(build_lora_model(base, config))
+        write_rank_info(run_dir, placement.describe(), policy_device=str(base.device),
+                        engine_device=str(getattr(engine, "device", "cpu")))  # fmt: skip
         optimizer = build_optimizer(policy, config)
         scheduler = build_scheduler(optimizer, config)
         metrics = None
@@ -89,7 +95,7 @@ class TrainingSession:
             metrics = MetricsWriter(run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project)
             episodes = EpisodeStore(run_dir / "episodes.sqlite")
         return cls(config, run_dir, server, policy, optimizer, scheduler, engine.tokenizer, metrics, episodes,
-                   sampling, distributed)  # fmt: skip
+                   sampling, distributed, owns_engine=owns_engine)  # fmt: skip
 
     # --- identity -------------------------------------------------------------------------------------
     @property
@@ -195,7 +201,10 @@ class TrainingSession:
         return {**prepared.metrics, **stats, "time_train_s": time.perf_counter() - started}
 
     def push_weights(self, step: int) -> dict[str, float]:
-        """Save the adapter and load it into the engine (merged or hot-loaded, per the engine's mode)."""
+        """Save the adapter and load it into the engine (merged or hot-loaded, per the engine's mode).
+
+        The engine sleeps here (between rollouts); it wakes its weights for the write itself and keeps its
+        KV cache asleep until the next rollout or evaluation wakes it."""
         from lightning_sdk.training.lora import save_adapter
 
         started = time.perf_counter()
@@ -274,6 +283,8 @@ class TrainingSession:
             self.metrics.close()
         if self.episodes is not None:
             self.episodes.close()
+        if not self.owns_engine:
+            self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()
         self.distributed.close()
 

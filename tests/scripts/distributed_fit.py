@@ -1,4 +1,6 @@
-"""Run by tests/test_trainer_distributed.py under `torchrun --nproc-per-node 2`: a 2-step fit with gloo."""
+"""Run by tests/test_trainer_distributed.py under `torchrun --nproc-per-node 2`: a 2-step fit with gloo (or
+NCCL on GPUs); run alone, the same fit in one process. Arguments: the run folder, the engine ("transformers"
+or "vllm") and optionally the weight sync ("merged" or "lora")."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ def solver(task: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     config = ls.TrainerConfig(group_size=4, batch_size=1, max_steps=2, max_tokens=6, learning_rate=1e-3,
-                              save_every=1, eval_every=0, run_dir=sys.argv[1], progress_bar=False)  # fmt: skip
+                              save_every=1, eval_every=0, run_dir=sys.argv[1], progress_bar=False,
+                              weight_sync=sys.argv[3] if len(sys.argv) > 3 else "auto")  # fmt: skip
     tasks = [{"question": f"Name a fruit, number {i}."} for i in range(8)]
-    ls.Trainer(config=config, engine="transformers", engine_options={"max_model_len": 512}).fit(solver, tasks)
+    ls.Trainer(config=config, engine=sys.argv[2], engine_options={"max_model_len": 512}).fit(solver, tasks)

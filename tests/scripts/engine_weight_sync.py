@@ -1,0 +1,79 @@
+"""One VLLMEngine in its own process (vLLM supports one per process), through what the trainer does to it:
+adapters loaded and reverted, pushes into a sleeping engine, sleep and wake. Prints one JSON object.
+
+Run by tests/test_engine_lora_mode.py (weight_sync="lora" on the CPU) and tests/test_gpu.py (both modes on
+a GPU). Arguments: weight_sync, an adapter folder, the prompt's token ids as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from lightning_sdk.engine import SamplingParams, VLLMEngine, resolve_model
+from lightning_sdk.engine.lora_merge import load_safetensors_folder
+
+
+def main(weight_sync: str, adapter: str, prompt: list[int]) -> dict:
+    model = resolve_model(None)
+    engine = VLLMEngine(model, weight_sync=weight_sync, max_lora_rank=8, max_model_len=512)
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+
+    def ask() -> tuple[list[int], object]:
+        [result] = engine.generate([prompt], greedy)
+        return result.completions[0].token_ids, result.weight_version
+
+    def loaded() -> list[int]:  # adapters vLLM holds (none without LoRA mode)
+        if engine.weight_sync != "lora":
+            return []
+        return sorted(engine._loop.call(lambda vllm_engine: vllm_engine.list_loras()))
+
+    report: dict = {"weight_sync": engine.weight_sync, "device": engine.device}
+    report["engine_thread_device"] = engine._loop.call(lambda _: _current_device())
+    report["base"], _ = ask()
+    engine.load_adapter(adapter, version="v1")
+    report["adapter"], report["adapter_version"] = ask()
+    engine.load_adapter(None, version="base")
+    report["reverted"], report["reverted_version"] = ask()
+    report["loaded_counts"] = []
+    for version in range(4):
+        engine.load_adapter(adapter, version=version)
+        report["loaded_counts"].append(len(loaded()))
+    engine.load_adapter(None, version="base")
+    engine.load_adapter(None, version="base again")
+    report["loaded_after_base"] = loaded()
+    # The trainer's order: the adapter is loaded while the engine sleeps (its weights, which hold the LoRA
+    # buffers on a GPU, are woken for it), then the engine wakes for the next rollout, and sleeps and wakes
+    # again for evaluations without a new adapter.
+    free_awake = _free_gpu_memory()
+    engine.sleep()
+    report["gpu_memory_freed_by_sleep"] = _free_gpu_memory() - free_awake
+    report["asleep"] = sorted(engine.asleep)
+    engine.load_adapter(adapter, version="pushed asleep")
+    report["asleep_after_push"] = sorted(engine.asleep)
+    engine.wake()
+    report["pushed_asleep"], report["pushed_asleep_version"] = ask()
+    engine.sleep()
+    engine.wake()
+    report["after_second_wake"], _ = ask()
+    report["loaded_after_wakes"] = len(loaded())
+    engine.load_adapter(adapter, version="adapter")
+    engine.update_weights(load_safetensors_folder(model.path), version="full")
+    report["after_full_weights"], report["full_version"] = ask()
+    engine.shutdown()
+    return report
+
+
+def _current_device() -> str:
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+
+
+def _free_gpu_memory() -> int:
+    import torch
+
+    return torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else 0
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))))
