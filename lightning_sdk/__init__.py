@@ -42,6 +42,7 @@ from lightning_sdk.tracing import (
 )
 
 if TYPE_CHECKING:
+    from lightning_sdk.rollouts.runners import Runners
     from lightning_sdk.serving.endpoint import LLMEndpoint
     from lightning_sdk.serving.server import serve
     from lightning_sdk.training.config import TrainerConfig
@@ -55,6 +56,7 @@ __all__ = [
     "EpisodeStore",
     "LLMCall",
     "LLMEndpoint",
+    "Runners",
     "Trainer",
     "TrainerConfig",
     "capture",
@@ -72,6 +74,7 @@ __all__ = [
 # Heavy parts of the public API, imported on first attribute access so `import lightning_sdk` stays fast.
 _LAZY = {
     "LLMEndpoint": "lightning_sdk.serving.endpoint",
+    "Runners": "lightning_sdk.rollouts.runners",
     "serve": "lightning_sdk.serving.server",
     "Trainer": "lightning_sdk.training.trainer",
     "TrainerConfig": "lightning_sdk.training.config",

@@ -1,9 +1,8 @@
-"""The `lightning-sdk` command: `quickstart`, `train`, `report` and `serve`."""
+"""The `lightning-sdk` command: `quickstart`, `train`, `report`, `serve` and `runner`."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import sys
@@ -50,6 +49,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="Serve a model (and adapter) with an OpenAI-compatible API.")
     add_serve_arguments(serve)
     serve.set_defaults(handler=run_serve)
+
+    runner = commands.add_parser(
+        "runner",
+        help="Run an agent for a trainer elsewhere: lightning-sdk runner module:agent --trainer URL",
+    )
+    runner.add_argument("agent", help="The agent as module:function or path/to/agent.py:function.")
+    runner.add_argument("--trainer", required=True, help="The trainer's server, e.g. http://10.0.0.5:8123.")
+    runner.add_argument("--key", default=None, help="The run's key (default: $LIGHTNING_SDK_KEY).")
+    runner.add_argument("--concurrency", type=int, default=1, help="Episodes run at once (default 1).")
+    runner.add_argument("--name", default=None, help="This runner's name in the trainer's records.")
+    runner.add_argument("--episode-timeout", type=float, default=300.0, help="Seconds one episode may run.")
+    runner.set_defaults(handler=_run_runner)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -104,12 +115,26 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_runner(args: argparse.Namespace) -> int:
+    import os
+
+    from lightning_sdk.runner import load_agent, run_runner
+
+    key = args.key or os.environ.get("LIGHTNING_SDK_KEY")
+    if not key:
+        raise ValueError("the run's key is needed: --key or LIGHTNING_SDK_KEY (the trainer prints it).")
+    try:
+        run_runner(load_agent(args.agent), args.trainer, key, concurrency=args.concurrency, name=args.name,
+                   episode_timeout_s=args.episode_timeout)  # fmt: skip
+    except KeyboardInterrupt:
+        print("runner stopped", file=sys.stderr)
+    return 0
+
+
 def _load_object(spec: str) -> Any:
-    module_name, _, attribute = spec.partition(":")
-    if not attribute:
-        raise ValueError(f"{spec!r} must look like module:function (e.g. my_agent:solve).")
-    sys.path.insert(0, str(Path.cwd()))
-    return getattr(importlib.import_module(module_name), attribute)
+    from lightning_sdk.runner.agents import load_agent
+
+    return load_agent(spec)
 
 
 def _read_jsonl(path: str) -> list[Any]:

@@ -11,6 +11,7 @@ import asyncio
 import hmac
 import json
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -40,7 +41,10 @@ from lightning_sdk.serving.schemas import (
 from lightning_sdk.serving.streaming import chat_events, completion_events, first_and_rest, merged_streams
 from lightning_sdk.serving.tool_calls import ParsedOutput, parse_tool_calls, validate_tools
 
-__all__ = ["create_app"]
+__all__ = ["RouteInstaller", "create_app"]
+
+RouteInstaller = Callable[[FastAPI, Callable[[Request], None]], None]
+"""Adds routes to the app: called with the app and its `authorize(request)` check (raises on a bad key)."""
 
 log = logging.getLogger(__name__)
 MODEL_ALIASES = ("default",)
@@ -54,10 +58,12 @@ def create_app(
     model_name: str | None = None,
     default_max_tokens: int | None = None,
     sampling_policy: SamplingPolicy | None = None,
+    routes: Sequence[RouteInstaller] = (),
 ) -> FastAPI:
     """Build the app. `api_key=None` turns authentication off (for trusted local use only).
 
-    `sampling_policy` lets the owner (the trainer) override every request's sampling between phases.
+    `sampling_policy` lets the owner (the trainer) override every request's sampling between phases;
+    `routes` add more routes behind the same key (the trainer's runner protocol).
     """
     policy = sampling_policy or SamplingPolicy()
     served = model_name or engine.model.name
@@ -208,6 +214,8 @@ def create_app(
         meta.weight_version = results[0].weight_version
         return completion_response(meta, results, choices)
 
+    for install in routes:
+        install(app, authorize)
     return app
 
 

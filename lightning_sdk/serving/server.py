@@ -7,13 +7,17 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.endpoint import LLMEndpoint
 from lightning_sdk.serving.policy import SamplingPolicy
+
+if TYPE_CHECKING:
+    from lightning_sdk.serving.app import RouteInstaller
 
 __all__ = ["ServerHandle", "serve", "start_server"]
 
@@ -70,6 +74,7 @@ def start_server(
     owns_engine: bool = False,
     startup_timeout: float = 30.0,
     sampling_policy: SamplingPolicy | None = None,
+    routes: Sequence[RouteInstaller] = (),
 ) -> ServerHandle:
     """Serve an existing engine in a background thread and return once it accepts connections.
 
@@ -84,6 +89,7 @@ def start_server(
         owns_engine: Shut the engine down in `stop()`.
         startup_timeout: Seconds to wait for the server to come up.
         sampling_policy: Server-side sampling overrides (the trainer's rollout and evaluation settings).
+        routes: More routes behind the same key (`lightning_sdk.serving.app.RouteInstaller`).
     """
     import uvicorn
 
@@ -92,7 +98,7 @@ def start_server(
     key = api_key or f"sk-local-{secrets.token_urlsafe(24)}"
     app = create_app(
         engine, api_key=key, model_name=model_name, default_max_tokens=default_max_tokens,
-        sampling_policy=sampling_policy,
+        sampling_policy=sampling_policy, routes=routes,
     )  # fmt: skip
     sock = _listening_socket(host, port)
     config = uvicorn.Config(

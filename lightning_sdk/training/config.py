@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from lightning_sdk.rollouts.runners import Runners
 from lightning_sdk.training.config_checks import config_problem
 
 __all__ = ["DEFAULT_LORA_TARGET_MODULES", "TrainerConfig"]
@@ -94,6 +95,9 @@ class TrainerConfig:
     """Episodes running at the same time during a rollout."""
     episode_timeout_s: float = 300.0
     """Seconds one episode may run before it is cancelled and counted as failed."""
+    runners: Runners | None = None
+    """Where the agent runs: `None` in this process (the default), or `Runners(...)`: in runner processes
+    this trainer starts, or that you start on this or other machines (see `lightning_sdk.Runners`)."""
     on_error: Literal["drop", "zero"] = "drop"
     """A failed or timed-out episode is dropped from its group (`"drop"`) or scored 0 (`"zero"`)."""
 

@@ -169,6 +169,17 @@ def _check_grad_norm(config: Any) -> str | None:
     return None
 
 
+def _check_runners(config: Any) -> str | None:
+    from lightning_sdk.rollouts.runners import Runners
+
+    if config.runners is not None and not isinstance(config.runners, Runners):
+        return (
+            f"runners={config.runners!r} must be None (rollouts in this process) or "
+            "lightning_sdk.Runners(...) (rollouts in runner processes)."
+        )
+    return None
+
+
 _CHECKS: list[Check] = [
     _check_int_fields,
     _check_group_size,
@@ -205,4 +216,5 @@ _CHECKS: list[Check] = [
     _choice("lr_schedule", ("constant", "linear", "cosine")),
     _choice("weight_sync", ("auto", "merged", "lora")),
     _check_report_to,
+    _check_runners,
 ]

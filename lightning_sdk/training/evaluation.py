@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from lightning_sdk.training.rollout import Rollout, run_rollouts
+from lightning_sdk.training.rollout import Rollout
 
 __all__ = ["evaluate_agent", "summarize_rollouts"]
 
@@ -32,7 +32,7 @@ def summarize_rollouts(rollouts: list[Rollout], success_threshold: float) -> dic
 
 def evaluate_agent(
     session: Any,
-    agent: Callable[..., Any],
+    agent: Callable[..., Any] | None,
     tasks: list[Any],
     reward: Callable[[Any, Any], float] | None,
     on_finished: Callable[[Rollout], None] | None = None,
@@ -41,10 +41,5 @@ def evaluate_agent(
 
     `on_finished` is called as each of this rank's episodes ends (e.g. to count them on screen).
     """
-    config = session.config
-    rollouts = session.run_async(
-        run_rollouts(agent, session.my_share(tasks), 1, llm=session.endpoint,
-                     max_concurrency=config.max_concurrency, timeout_s=config.episode_timeout_s, reward_fn=reward,
-                     on_finished=on_finished)
-    )  # fmt: skip
-    return session.distributed.mean_metrics(summarize_rollouts(rollouts, config.success_threshold))
+    rollouts = session.rollouts(agent, session.my_share(tasks), 1, reward, on_finished)
+    return session.distributed.mean_metrics(summarize_rollouts(rollouts, session.config.success_threshold))

@@ -21,7 +21,7 @@ from typing import Any
 from lightning_sdk.tracing.context import collect_into
 from lightning_sdk.tracing.episode import Episode
 
-__all__ = ["Rollout", "agent_accepts_llm", "call_agent", "run_rollouts"]
+__all__ = ["Rollout", "agent_accepts_llm", "call_agent", "run_episode", "run_rollouts"]
 
 
 @dataclass
@@ -101,7 +101,7 @@ async def run_rollouts(
 
         async def run_slot(task_index: int, sample_index: int) -> Rollout:
             async with semaphore:
-                rollout = await _run_one(agent, tasks[task_index], kwargs, executor, timeout_s, reward_fn)
+                rollout = await run_episode(agent, tasks[task_index], kwargs, executor, timeout_s, reward_fn)
             rollout.task_index, rollout.sample_index = task_index, sample_index
             if on_finished is not None:
                 on_finished(rollout)
@@ -114,7 +114,7 @@ async def run_rollouts(
     return list(rollouts)
 
 
-async def _run_one(
+async def run_episode(
     agent: Callable[..., Any],
     task: Any,
     kwargs: dict[str, Any],
@@ -122,6 +122,8 @@ async def _run_one(
     timeout_s: float,
     reward_fn: Callable[[Any, Any], float] | None,
 ) -> Rollout:
+    """Run `agent(task, **kwargs)` once with a timeout and return its recorded episode (a synthetic one
+    holding the error when it produced none). Used by in-process rollouts and by runners alike."""
     sink: list[Episode] = []
     started = time.time()
     output, error, timed_out = None, None, False

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
@@ -25,6 +26,10 @@ from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.distributed import Distributed
 from lightning_sdk.training.rollout import Rollout
 from lightning_sdk.training.run_dir import write_rank_info
+
+if TYPE_CHECKING:
+    from lightning_sdk.rollouts.queue import RolloutQueue
+    from lightning_sdk.training.remote import RemoteRollouts
 
 __all__ = ["TrainingSession"]
 
@@ -49,6 +54,10 @@ class TrainingSession:
     distributed: Distributed
     owns_engine: bool = True
     """False for an engine the caller passed in: `close()` leaves it awake and running."""
+    queue: RolloutQueue | None = None
+    """The runner protocol's queue, when `config.runners` is set."""
+    remote: RemoteRollouts | None = None
+    """Rollouts on runners (set by `use_runners`); None: rollouts in this process."""
 
     @classmethod
     def start(
@@ -75,9 +84,11 @@ class TrainingSession:
             engine = create_engine(resolved, engine=engine_kind, **options)
         else:  # an Engine the caller built and keeps (shared between runs, e.g. in tests or notebooks)
             engine, resolved = engine_kind, engine_kind.model
+        queue, routes, host, port = _runner_protocol(config, distributed)
         try:
             sampling = SamplingPolicy(accept_any_model=True)
-            server = start_server(engine, owns_engine=owns_engine, sampling_policy=sampling)
+            server = start_server(engine, owns_engine=owns_engine, sampling_policy=sampling, routes=routes,
+                                  host=host, port=port)  # fmt: skip
         except BaseException:
             if owns_engine:
                 engine.shutdown()
@@ -95,7 +106,7 @@ class TrainingSession:
             metrics = MetricsWriter(run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project)
             episodes = EpisodeStore(run_dir / "episodes.sqlite")
         return cls(config, run_dir, server, policy, optimizer, scheduler, engine.tokenizer, metrics, episodes,
-                   sampling, distributed, owns_engine=owns_engine)  # fmt: skip
+                   sampling, distributed, owns_engine=owns_engine, queue=queue)  # fmt: skip
 
     # --- identity -------------------------------------------------------------------------------------
     @property
@@ -128,9 +139,9 @@ class TrainingSession:
             "endpoint": self.endpoint.base_url,
         }
 
-    def traced(self, agent: Callable[..., Any]) -> Callable[..., Any]:
+    def traced(self, agent: Callable[..., Any] | None) -> Callable[..., Any] | None:
         """The agent itself when it is a `@trace_agent` function, else the agent wrapped in one."""
-        if getattr(agent, "__lightning_sdk_agent__", None) is not None:
+        if agent is None or getattr(agent, "__lightning_sdk_agent__", None) is not None:
             return agent
         log.info("the agent is not decorated with @trace_agent; tracing it for training")
         return trace_agent(agent)
@@ -138,6 +149,52 @@ class TrainingSession:
     def my_share(self, tasks: list[Any]) -> list[Any]:
         """This process's tasks of the step's batch (all of them without torchrun)."""
         return self.distributed.shard(tasks)
+
+    def use_runners(self, agent: Callable[..., Any] | None) -> None:
+        """Send rollouts to runners (when `config.runners` is set): start the configured runner processes
+        and say how to start more."""
+        runners = self.config.runners
+        if runners is None or self.queue is None:
+            return
+        from lightning_sdk.rollouts.runners import RunnerProcesses
+        from lightning_sdk.runner.agents import agent_reference
+        from lightning_sdk.training.remote import RemoteRollouts
+
+        reference = runners.agent or (agent_reference(agent) if agent is not None else None)
+        local_url = self.endpoint.base_url.removesuffix("/v1").replace("//0.0.0.0:", "//127.0.0.1:")
+        shown_url = local_url if runners.host in ("127.0.0.1", "localhost") else local_url.replace(
+            "127.0.0.1", socket.gethostname())  # fmt: skip
+        command = (f"LIGHTNING_SDK_KEY={self.endpoint.api_key} lightning-sdk runner "
+                   f"{reference or 'module:agent'} --trainer {shown_url}")  # fmt: skip
+        processes = None
+        if runners.processes:
+            if reference is None:
+                raise ValueError("Runners(processes=...) needs the agent: pass it to fit or to Runners.")
+            processes = RunnerProcesses(runners.processes, reference, local_url, self.endpoint.api_key,
+                                        runners.concurrency, self.config.episode_timeout_s)  # fmt: skip
+        log.info("rollouts run on runners; start one with: %s", command)
+        self.remote = RemoteRollouts(self.queue, self.endpoint.base_url, command, processes)
+
+    def rollouts(
+        self,
+        agent: Callable[..., Any] | None,
+        tasks: list[Any],
+        group_size: int,
+        reward: Callable[[Any, Any], float] | None,
+        on_finished: Callable[[Rollout], None] | None = None,
+    ) -> list[Rollout]:
+        """Run the agent `group_size` times on each task, here or on runners; one `Rollout` per run."""
+        if self.remote is not None:
+            return self.remote.run(tasks, group_size, self.engine.weight_version, reward, on_finished)
+        from lightning_sdk.training.rollout import run_rollouts
+
+        if agent is None:
+            raise ValueError("fit(agent=None) needs TrainerConfig(runners=Runners(...)): it runs the agent.")
+        config = self.config
+        return self.run_async(
+            run_rollouts(agent, tasks, group_size, llm=self.endpoint, max_concurrency=config.max_concurrency,
+                         timeout_s=config.episode_timeout_s, reward_fn=reward, on_finished=on_finished)
+        )  # fmt: skip
 
     # --- phases ---------------------------------------------------------------------------------------
     @contextmanager
@@ -283,10 +340,27 @@ class TrainingSession:
             self.metrics.close()
         if self.episodes is not None:
             self.episodes.close()
+        if self.remote is not None:
+            self.remote.close()
         if not self.owns_engine:
             self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()
         self.distributed.close()
+
+
+def _runner_protocol(config: TrainerConfig, distributed: Distributed) -> tuple[Any, list[Any], str, int]:
+    """The runner protocol's queue and routes when `config.runners` asks for them, and where to listen."""
+    runners = config.runners
+    if runners is None:
+        return None, [], "127.0.0.1", 0
+    if distributed.world_size > 1:
+        raise ValueError("Runners are not supported under torchrun yet: use one process, or no runners.")
+    from lightning_sdk.rollouts.queue import RolloutQueue
+    from lightning_sdk.rollouts.routes import install_rollout_routes
+
+    queue = RolloutQueue(runners.lease_timeout_s, config.episode_timeout_s, runners.max_attempts)
+    routes = [lambda app, authorize: install_rollout_routes(app, authorize, queue)]
+    return queue, routes, runners.host, runners.port
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, materialize_tasks
 from lightning_sdk.training.diagnostics import StepDiagnostics
 from lightning_sdk.training.evaluation import evaluate_agent
-from lightning_sdk.training.rollout import Rollout, run_rollouts
+from lightning_sdk.training.rollout import Rollout
 from lightning_sdk.training.run_dir import make_run_dir, write_run_info
 from lightning_sdk.training.session import TrainingSession
 
@@ -79,7 +79,7 @@ class Trainer:
 
     def fit(
         self,
-        agent: Callable[..., Any],
+        agent: Callable[..., Any] | None,
         train_dataset: Any,
         val_dataset: Any = None,
         reward: Callable[[Any, Any], float] | None = None,
@@ -90,12 +90,16 @@ class Trainer:
         Args:
             agent: the user's agent, called as `agent(task)` (plus `llm=LLMEndpoint` when its signature
                 declares `llm`). Usually decorated with `@trace_agent`; an undecorated one is traced here.
+                With `TrainerConfig(runners=...)` it runs in runner processes (then it may be None when the
+                runners know it: `Runners(agent=...)`, or runners you start yourself).
             train_dataset: a sequence or iterable of tasks, or a `datasets.Dataset`.
             val_dataset: tasks evaluated at the start, every `eval_every` steps and at the end.
             reward: `fn(task, output) -> float` for episodes that recorded no reward themselves.
             resume: continue from the newest checkpoint in `config.run_dir` (same step numbering).
         """
-        if not callable(agent):
+        if agent is None and self.config.runners is None:
+            raise TypeError("agent must be your @trace_agent function (None only with runners configured).")
+        if agent is not None and not callable(agent):
             raise TypeError(f"agent must be callable (your @trace_agent function), got {type(agent).__name__}.")
         if reward is not None and not callable(reward):
             raise TypeError("reward must be a function fn(task, output) -> float, or None.")
@@ -140,6 +144,7 @@ class _Loop:
         resume: bool,
     ) -> None:
         self.session, self.agent, self.val_tasks, self.reward = session, session.traced(agent), val_tasks, reward
+        session.use_runners(agent)
         config = session.config
         self.config = config
         self.cursor = TaskCursor(tasks, config.batch_size * session.world_size, config.shuffle, config.seed)
@@ -177,13 +182,7 @@ class _Loop:
         tasks = session.my_share(self.cursor.next_batch())
         started = time.perf_counter()
         with session.rollout_phase():
-            rollouts = session.run_async(
-                run_rollouts(
-                    self.agent, tasks, config.group_size, llm=session.endpoint,
-                    max_concurrency=config.max_concurrency, timeout_s=config.episode_timeout_s,
-                    reward_fn=self.reward,
-                )
-            )  # fmt: skip
+            rollouts = session.rollouts(self.agent, tasks, config.group_size, self.reward)
         rollout_s = time.perf_counter() - started
         groups = _group_episodes(rollouts, len(tasks))
         for problem in self.diagnostics.new_problems(groups):

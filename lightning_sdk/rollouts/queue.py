@@ -1,0 +1,272 @@
+"""`RolloutQueue`: the trainer's rollouts waiting for runners, the leases runners hold, and what came back.
+
+The trainer submits one rollout per (task, sample) of a step and waits for all of them. Runners, in other
+processes or on other machines, lease a rollout, run the agent and upload the recorded episode. The rules:
+
+- a rollout belongs to one lease at a time; a lease carries the policy version the rollout was issued under;
+- a lease expires when its runner stops renewing it (it died or lost the network) or when the episode ran
+  past the episode time limit (it hangs); the rollout is then issued again, up to `max_attempts` times,
+  after which it counts as a failed episode with the reason;
+- an upload is accepted once: the same upload again (same lease) is answered as already stored, an upload
+  under a lease the rollout no longer has is refused (`LeaseLost`), never mixed in.
+
+Plain data and a lock: no HTTP here (see `lightning_sdk.rollouts.routes`), no torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Lease", "LeaseLost", "Outcome", "RolloutQueue", "RolloutSpec", "UnknownRollout"]
+
+
+class UnknownRollout(KeyError):
+    """No rollout with this id is open (never issued, or its step is over)."""
+
+
+class LeaseLost(RuntimeError):
+    """The rollout is not (or no longer) leased under this lease: it expired and went to another runner,
+    or the rollout already has its episode."""
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """One run of the agent that the trainer asks for."""
+
+    rollout_id: str
+    task: Any
+    """The task, as JSON-ready data."""
+    policy_version: Any = None
+    """The version of the weights the engine serves while this rollout is open."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A rollout handed to a runner."""
+
+    rollout_id: str
+    lease_id: str
+    task: Any
+    policy_version: Any
+    attempt: int
+    """1 for the first issue, 2 after one expired lease, ..."""
+    renew_within_s: float
+    """The runner must renew (heartbeat) or upload within this many seconds, or lose the lease."""
+
+
+@dataclass
+class Outcome:
+    """What became of a rollout: its uploaded episode (a JSON dict), or why there is none."""
+
+    rollout_id: str
+    episode: dict[str, Any] | None
+    failure: str | None
+    attempts: int
+    runner: str | None
+
+
+@dataclass
+class _Entry:
+    spec: RolloutSpec
+    attempts: int = 0
+    lease_id: str | None = None
+    runner: str | None = None
+    renew_by: float = 0.0
+    finish_by: float = 0.0
+    outcome: Outcome | None = None
+    finished_lease: str | None = None
+    history: list[str] = field(default_factory=list)
+
+
+class RolloutQueue:
+    """Thread-safe queue of rollouts with expiring leases (see the module docstring).
+
+    Args:
+        lease_timeout_s: A lease not renewed for this long expires.
+        episode_timeout_s: A lease older than this (plus `lease_timeout_s`) expires even while renewed: the
+            agent hangs.
+        max_attempts: Leases a rollout may get before it counts as failed.
+        clock: Monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        lease_timeout_s: float = 30.0,
+        episode_timeout_s: float = 300.0,
+        max_attempts: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if lease_timeout_s <= 0 or episode_timeout_s <= 0 or max_attempts < 1:
+            raise ValueError("lease_timeout_s and episode_timeout_s must be > 0 and max_attempts >= 1.")
+        self.lease_timeout_s = lease_timeout_s
+        self.episode_timeout_s = episode_timeout_s
+        self.max_attempts = max_attempts
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._pending: deque[str] = deque()
+        self._changed = threading.Condition()
+        self._counter = itertools.count()
+        self._closed = False
+
+    # -- the trainer's side ------------------------------------------------------------------------------
+    def submit(self, specs: Iterable[RolloutSpec]) -> list[str]:
+        """Open rollouts for runners to lease; returns their ids."""
+        with self._changed:
+            ids = []
+            for spec in specs:
+                if spec.rollout_id in self._entries:
+                    raise ValueError(f"rollout {spec.rollout_id!r} is already open")
+                self._entries[spec.rollout_id] = _Entry(spec)
+                self._pending.append(spec.rollout_id)
+                ids.append(spec.rollout_id)
+            self._changed.notify_all()
+            return ids
+
+    def new_id(self) -> str:
+        """A fresh rollout id (unguessable, so that a runner cannot upload for rollouts it never saw)."""
+        return f"ro-{next(self._counter)}-{secrets.token_hex(6)}"
+
+    def wait(
+        self,
+        rollout_ids: Iterable[str],
+        timeout_s: float | None = None,
+        poll_s: float = 0.5,
+        on_poll: Callable[[], None] | None = None,
+    ) -> list[Outcome]:
+        """Block until every rollout has an outcome (episode or failure), expiring leases meanwhile, then
+        close them and return the outcomes in the given order. On `timeout_s`, the rollouts still open
+        fail with that reason. `on_poll()` runs every `poll_s` while waiting (progress, restarts)."""
+        ids = list(rollout_ids)
+        deadline = None if timeout_s is None else self._clock() + timeout_s
+        with self._changed:
+            while True:
+                self._expire_leases()
+                if all(self._entries[i].outcome is not None for i in ids):
+                    break
+                if deadline is not None and self._clock() >= deadline:
+                    for i in ids:
+                        self._finish_failed(self._entries[i], f"no episode within {timeout_s:g} s")
+                    break
+                self._changed.wait(poll_s)
+                if on_poll is not None:
+                    on_poll()
+            outcomes = [self._entries[i].outcome for i in ids]
+            for i in ids:  # closed: a late upload for these is refused as unknown
+                del self._entries[i]
+            self._pending = deque(i for i in self._pending if i in self._entries)
+            return outcomes  # type: ignore[return-value]
+
+    def close(self, reason: str) -> None:
+        """The run is ending: fail every open rollout, and answer waiting and later lease requests with none
+        at once (so that the server can stop without cutting long polls off)."""
+        with self._changed:
+            self._closed = True
+            for entry in self._entries.values():
+                self._finish_failed(entry, reason)
+            self._changed.notify_all()
+
+    # -- the runners' side --------------------------------------------------------------------------------
+    def lease(self, runner: str, wait_s: float = 0.0) -> Lease | None:
+        """The next open rollout for `runner`, waiting up to `wait_s` for one; None when there is none."""
+        deadline = self._clock() + wait_s
+        with self._changed:
+            while not self._closed:
+                self._expire_leases()
+                while self._pending:
+                    entry = self._entries.get(self._pending.popleft())
+                    if entry is not None and entry.outcome is None and entry.lease_id is None:
+                        return self._grant(entry, runner)
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(min(remaining, 0.5))
+            return None
+
+    def renew(self, rollout_id: str, lease_id: str) -> float:
+        """Keep a lease alive; returns the seconds until it must be renewed again."""
+        with self._changed:
+            entry = self._leased(rollout_id, lease_id)
+            entry.renew_by = self._clock() + self.lease_timeout_s
+            return self.lease_timeout_s
+
+    def complete(self, rollout_id: str, lease_id: str, episode: dict[str, Any]) -> bool:
+        """Store the episode of a leased rollout. True when stored now, False when this lease had already
+        stored it (a retried upload). Raises `LeaseLost` or `UnknownRollout` otherwise."""
+        with self._changed:
+            entry = self._entries.get(rollout_id)
+            if entry is None:
+                raise UnknownRollout(rollout_id)
+            if entry.outcome is not None and entry.finished_lease == lease_id and entry.outcome.episode:
+                return False
+            entry = self._leased(rollout_id, lease_id)
+            entry.outcome = Outcome(rollout_id, episode, None, entry.attempts, entry.runner)
+            entry.finished_lease, entry.lease_id = lease_id, None
+            self._changed.notify_all()
+            return True
+
+    def stats(self) -> dict[str, int]:
+        """Open rollouts by state, for progress output and the status route."""
+        with self._changed:
+            self._expire_leases()
+            states = [
+                ("done" if e.outcome else "leased" if e.lease_id else "pending")
+                for e in self._entries.values()
+            ]
+            return {state: states.count(state) for state in ("pending", "leased", "done")}
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _grant(self, entry: _Entry, runner: str) -> Lease:
+        now = self._clock()
+        entry.attempts += 1
+        entry.lease_id, entry.runner = secrets.token_hex(8), runner
+        entry.renew_by = now + self.lease_timeout_s
+        entry.finish_by = now + self.episode_timeout_s + self.lease_timeout_s
+        spec = entry.spec
+        return Lease(
+            spec.rollout_id,
+            entry.lease_id,
+            spec.task,
+            spec.policy_version,
+            entry.attempts,
+            self.lease_timeout_s,
+        )
+
+    def _leased(self, rollout_id: str, lease_id: str) -> _Entry:
+        entry = self._entries.get(rollout_id)
+        if entry is None:
+            raise UnknownRollout(rollout_id)
+        self._expire_leases()
+        if entry.lease_id != lease_id:
+            why = "it already has its episode" if entry.outcome is not None else "the lease expired"
+            raise LeaseLost(f"rollout {rollout_id} is not leased under {lease_id}: {why}")
+        return entry
+
+    def _expire_leases(self) -> None:
+        now = self._clock()
+        for rollout_id, entry in self._entries.items():
+            if entry.lease_id is None or entry.outcome is not None:
+                continue
+            if now < entry.renew_by and now < entry.finish_by:
+                continue
+            reason = (
+                "stopped renewing its lease" if now >= entry.renew_by else "ran past the episode time limit"
+            )
+            entry.history.append(f"attempt {entry.attempts} on runner {entry.runner!r} {reason}")
+            entry.lease_id = None
+            if entry.attempts >= self.max_attempts:
+                self._finish_failed(entry, "; ".join(entry.history))
+            else:
+                self._pending.append(rollout_id)
+            self._changed.notify_all()
+
+    def _finish_failed(self, entry: _Entry, reason: str) -> None:
+        if entry.outcome is None:
+            entry.outcome = Outcome(entry.spec.rollout_id, None, reason, entry.attempts, entry.runner)
+            entry.lease_id = None

@@ -1,0 +1,118 @@
+"""`Runners`: train with rollouts run by runner processes instead of inside the trainer's process.
+
+`TrainerConfig(runners=Runners(processes=2))` starts two runner processes on this machine; with
+`processes=0` the trainer waits for runners you start yourself (`lightning-sdk runner ...`, on this
+machine or others). Either way the trainer serves the runner protocol on its OpenAI-compatible server,
+behind the run's key, and prints the command that starts a runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["RunnerProcesses", "Runners"]
+
+log = logging.getLogger("lightning_sdk.rollouts")
+
+
+@dataclass(frozen=True)
+class Runners:
+    """Where rollouts run when they do not run in the trainer's process."""
+
+    processes: int = 0
+    """Runner processes the trainer starts on this machine and restarts when one dies; 0 starts none and
+    waits for runners started elsewhere."""
+    agent: str | None = None
+    """The agent as runners import it (`module:function` or `path/to/agent.py:function`); default: derived
+    from the agent passed to `fit` (it must be defined at the top level of a module or script)."""
+    concurrency: int = 1
+    """Episodes each started runner runs at the same time."""
+    host: str = "127.0.0.1"
+    """Interface the trainer's server listens on. The default keeps it on this machine; name an interface
+    (e.g. `"0.0.0.0"`) for runners on other machines, on a network you trust: the key is the only guard."""
+    port: int = 0
+    """The server's port; 0 picks a free one (fix it when runners elsewhere must find the trainer)."""
+    lease_timeout_s: float = 30.0
+    """A runner that does not renew its lease for this long is taken for dead: its rollout is re-issued."""
+    max_attempts: int = 3
+    """Leases one rollout may get; after that it counts as a failed episode, with the reasons."""
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("processes", 0), ("concurrency", 1), ("max_attempts", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"Runners({name}={value!r}): must be a whole number >= {minimum}.")
+        if not self.lease_timeout_s > 0:
+            raise ValueError(f"Runners(lease_timeout_s={self.lease_timeout_s!r}): must be > 0 seconds.")
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"Runners(port={self.port!r}): must be a port number, or 0 for a free one.")
+
+
+class RunnerProcesses:
+    """Runner processes on this machine: started with the run, restarted if one exits, stopped at its end."""
+
+    def __init__(
+        self,
+        count: int,
+        agent: str,
+        trainer_url: str,
+        api_key: str,
+        concurrency: int,
+        episode_timeout_s: float,
+    ) -> None:
+        self._command = [
+            sys.executable,
+            "-m",
+            "lightning_sdk.cli",
+            "runner",
+            agent,
+            "--trainer",
+            trainer_url,
+            "--concurrency",
+            str(concurrency),
+            "--episode-timeout",
+            str(episode_timeout_s),
+        ]
+        # The key goes through the environment, not the command line other users can read in `ps`.
+        self._env = {**os.environ, "LIGHTNING_SDK_KEY": api_key}
+        path = [str(Path.cwd()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        self._env["PYTHONPATH"] = os.pathsep.join(path)  # the agent's module, as importable as it is here
+        self._processes = [self._start(index) for index in range(count)]
+
+    def _start(self, index: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([*self._command, "--name", f"local-{index}"], env=self._env)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the runners (as they are now)."""
+        return [process.pid for process in self._processes]
+
+    def restart_exited(self) -> int:
+        """Start a new runner for every one that exited; returns how many."""
+        restarted = 0
+        for index, process in enumerate(self._processes):
+            if process.poll() is not None:
+                log.warning(
+                    "runner local-%d exited with code %s; starting a new one", index, process.returncode
+                )
+                self._processes[index] = self._start(index)
+                restarted += 1
+        return restarted
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Ask every runner to stop (Ctrl+C), then kill those still running after `timeout_s`."""
+        for process in self._processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        for process in self._processes:
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -1,0 +1,181 @@
+"""`run_runner`: lease rollouts from a trainer, run the agent on each, upload the recorded episodes.
+
+The agent runs exactly as in in-process training: the same `@trace_agent` and `@reward` decorators and
+framework integrations record it, its default openai clients point at the trainer's endpoint (through
+`OPENAI_BASE_URL`/`OPENAI_API_KEY`, and `llm=` when its signature asks for it), and a run that raises or
+times out still yields an episode that says so. While an episode runs, its lease is renewed in the
+background; if the runner dies, the lease lapses and the trainer gives the rollout to another runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from lightning_sdk.runner.client import LeasedRollout, ProtocolRefusal, TrainerClient
+from lightning_sdk.serving.endpoint import LLMEndpoint
+from lightning_sdk.training.rollout import agent_accepts_llm, run_episode
+
+__all__ = ["arun_runner", "run_runner"]
+
+log = logging.getLogger("lightning_sdk.runner")
+
+
+def run_runner(
+    agent: Callable[..., Any],
+    trainer_url: str,
+    api_key: str,
+    *,
+    concurrency: int = 1,
+    name: str | None = None,
+    episode_timeout_s: float = 300.0,
+    max_rollouts: int | None = None,
+) -> int:
+    """Serve rollouts to the trainer at `trainer_url` until it stops the runner (Ctrl+C) or `max_rollouts`
+    episodes were uploaded; returns how many were.
+
+    Args:
+        agent: The agent function (usually `@trace_agent`-decorated), called as `agent(task)`.
+        trainer_url: The trainer's server, e.g. `http://10.0.0.5:8123`.
+        api_key: The run's key.
+        concurrency: Episodes this runner runs at the same time.
+        name: How the trainer's records name this runner (default: host name and process id).
+        episode_timeout_s: Seconds one episode may run before it is recorded as timed out.
+        max_rollouts: Stop after this many uploads (None: run until stopped).
+    """
+    return asyncio.run(
+        arun_runner(
+            agent,
+            trainer_url,
+            api_key,
+            concurrency=concurrency,
+            name=name,
+            episode_timeout_s=episode_timeout_s,
+            max_rollouts=max_rollouts,
+        )
+    )
+
+
+async def arun_runner(
+    agent: Callable[..., Any],
+    trainer_url: str,
+    api_key: str,
+    *,
+    concurrency: int = 1,
+    name: str | None = None,
+    episode_timeout_s: float = 300.0,
+    max_rollouts: int | None = None,
+) -> int:
+    """`run_runner` inside a running event loop."""
+    if not callable(agent):
+        raise TypeError(f"agent must be callable (your @trace_agent function), got {type(agent).__name__}.")
+    if concurrency < 1:
+        raise ValueError(f"concurrency={concurrency} must be at least 1.")
+    from lightning_sdk.tracing.decorators import trace_agent
+
+    if getattr(agent, "__lightning_sdk_agent__", None) is None:
+        agent = trace_agent(agent)
+    runner = name or f"{socket.gethostname()}-{os.getpid()}"
+    client = TrainerClient(trainer_url, api_key)
+    uploaded = _Counter(max_rollouts)
+    log.info("runner %s: serving rollouts for %s (concurrency %d)", runner, client.trainer_url, concurrency)
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="lightning-runner") as executor:
+        slots = [
+            _serve_slot(
+                agent,
+                client,
+                api_key,
+                f"{runner}/{slot}" if concurrency > 1 else runner,
+                executor,
+                episode_timeout_s,
+                uploaded,
+            )
+            for slot in range(concurrency)
+        ]
+        try:
+            await asyncio.gather(*slots)
+        finally:
+            await client.close()
+            executor.shutdown(wait=False, cancel_futures=True)
+    return uploaded.count
+
+
+class _Counter:
+    def __init__(self, limit: int | None) -> None:
+        self.count, self.limit = 0, limit
+
+    @property
+    def done(self) -> bool:
+        return self.limit is not None and self.count >= self.limit
+
+
+async def _serve_slot(
+    agent: Callable[..., Any],
+    client: TrainerClient,
+    api_key: str,
+    runner: str,
+    executor: ThreadPoolExecutor,
+    episode_timeout_s: float,
+    uploaded: _Counter,
+) -> None:
+    wants_llm = agent_accepts_llm(agent)
+    while not uploaded.done:
+        lease = await client.lease(runner)
+        if lease is None:  # nothing to run (a trainer between steps, or one that is ending): ask again soon
+            await asyncio.sleep(1.0)
+            continue
+        # Default openai clients built inside the agent read these (the same base URL for every lease of a
+        # trainer; updated per lease, since a restarted trainer may listen elsewhere).
+        os.environ.update(OPENAI_BASE_URL=lease.base_url, OPENAI_API_KEY=api_key)
+        kwargs = {"llm": LLMEndpoint(lease.base_url, api_key, "default")} if wants_llm else {}
+        keep_alive = asyncio.create_task(_renew_until_cancelled(client, lease))
+        try:
+            rollout = await run_episode(agent, lease.task, kwargs, executor, episode_timeout_s, None)
+        finally:
+            keep_alive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keep_alive
+        episode = rollout.episode
+        episode.metadata.update(
+            rollout_id=lease.rollout_id,
+            attempt=lease.attempt,
+            runner=runner,
+            policy_version=lease.policy_version,
+            base_url=lease.base_url,
+        )
+        if await _upload(client, lease, episode.to_dict()):
+            uploaded.count += 1
+
+
+async def _renew_until_cancelled(client: TrainerClient, lease: LeasedRollout) -> None:
+    while True:
+        await asyncio.sleep(lease.renew_within_s / 3)
+        try:
+            await client.renew(lease)
+        except ProtocolRefusal as refusal:
+            log.warning("rollout %s: %s; the episode will not be kept", lease.rollout_id, refusal)
+            return
+
+
+async def _upload(client: TrainerClient, lease: LeasedRollout, episode: dict[str, Any]) -> bool:
+    try:
+        await client.upload(lease, episode)
+        return True
+    except ProtocolRefusal as refusal:
+        if refusal.status in (404, 409):  # the step is over, or another runner has the rollout now
+            log.warning("rollout %s: the trainer did not keep this episode (%s)", lease.rollout_id, refusal)
+            return False
+        # A refused episode (too large, not valid): report the failure instead, so the rollout ends now
+        # rather than being re-run after its lease expires.
+        log.error("rollout %s: episode refused (%s); reporting it as failed", lease.rollout_id, refusal)
+        failed = {key: episode[key] for key in ("id", "name", "metadata", "started_at", "ended_at")}
+        failed["error"] = {"type": "EpisodeRefused", "message": str(refusal), "traceback": ""}
+        with contextlib.suppress(ProtocolRefusal):
+            await client.upload(lease, failed)
+        return False

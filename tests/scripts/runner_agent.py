@@ -1,0 +1,35 @@
+"""An agent for the runner tests, imported by runner processes as tests.scripts.runner_agent:solver.
+
+A task with `"hang_once": <path>` makes the first runner that gets it write its process id to that file and
+hang (the test kills it); every later run of it answers normally.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+
+import lightning_sdk as ls
+
+
+@ls.reward
+def length_reward(task: dict[str, Any], answer: str) -> float:
+    return min(len(answer), 40) / 40
+
+
+@ls.trace_agent(name="solver")
+def solver(task: dict[str, Any]) -> str:
+    marker = task.get("hang_once")
+    if marker and not Path(marker).exists():
+        Path(marker).write_text(str(os.getpid()))
+        time.sleep(600)
+    reply = openai.OpenAI().chat.completions.create(
+        model="default", messages=[{"role": "user", "content": task["question"]}], max_tokens=6
+    )
+    answer = reply.choices[0].message.content or ""
+    length_reward(task, answer)
+    return answer

@@ -1,0 +1,150 @@
+"""The rollout queue's rules: one lease at a time, expiry and re-issue, bounded attempts, one upload."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from lightning_sdk.rollouts import LeaseLost, RolloutQueue, RolloutSpec, UnknownRollout
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def open_queue(clock: Clock, count: int = 1, **options) -> tuple[RolloutQueue, list[str]]:
+    queue = RolloutQueue(lease_timeout_s=10, episode_timeout_s=100, clock=clock, **options)
+    ids = queue.submit(RolloutSpec(f"r{i}", {"question": i}, policy_version=7) for i in range(count))
+    return queue, ids
+
+
+def test_a_rollout_goes_to_one_runner_with_its_task_and_policy_version(clock) -> None:
+    queue, _ = open_queue(clock)
+    lease = queue.lease("a")
+    assert (lease.rollout_id, lease.task, lease.policy_version, lease.attempt) == (
+        "r0",
+        {"question": 0},
+        7,
+        1,
+    )
+    assert queue.lease("b") is None  # leased already
+    assert queue.stats() == {"pending": 0, "leased": 1, "done": 0}
+
+
+def test_upload_is_stored_once_and_a_repeat_is_recognised(clock) -> None:
+    queue, ids = open_queue(clock)
+    lease = queue.lease("a")
+    assert queue.complete("r0", lease.lease_id, {"id": "e1"}) is True
+    assert queue.complete("r0", lease.lease_id, {"id": "e1"}) is False  # retried upload: not stored twice
+    [outcome] = queue.wait(ids, timeout_s=0)
+    assert (outcome.episode, outcome.failure, outcome.attempts, outcome.runner) == (
+        {"id": "e1"},
+        None,
+        1,
+        "a",
+    )
+
+
+def test_an_unrenewed_lease_expires_and_the_rollout_goes_to_another_runner(clock) -> None:
+    queue, ids = open_queue(clock)
+    first = queue.lease("a")
+    clock.now = 5
+    queue.renew("r0", first.lease_id)  # renewing keeps it
+    clock.now = 14
+    assert queue.lease("b") is None
+    clock.now = 15.1  # 10 s after the last renewal: runner "a" is gone
+    second = queue.lease("b")
+    assert (second.rollout_id, second.attempt) == ("r0", 2)
+    with pytest.raises(LeaseLost, match="the lease expired"):  # the late runner is refused, never mixed in
+        queue.complete("r0", first.lease_id, {"id": "late"})
+    with pytest.raises(LeaseLost):
+        queue.renew("r0", first.lease_id)
+    queue.complete("r0", second.lease_id, {"id": "e2"})
+    [outcome] = queue.wait(ids, timeout_s=0)
+    assert outcome.episode == {"id": "e2"} and outcome.runner == "b" and outcome.attempts == 2
+
+
+def test_a_hanging_agent_loses_its_lease_even_while_renewing(clock) -> None:
+    queue, _ = open_queue(clock)
+    lease = queue.lease("a")
+    for now in range(5, 110, 5):
+        clock.now = now
+        queue.renew("r0", lease.lease_id)
+    clock.now = 111  # past the episode limit (100 s) plus the lease timeout
+    assert queue.lease("b").attempt == 2
+
+
+def test_after_max_attempts_the_rollout_fails_with_the_reasons(clock) -> None:
+    queue, ids = open_queue(clock, max_attempts=2)
+    queue.lease("a")
+    clock.now = 11
+    queue.lease("b")
+    clock.now = 22
+    assert queue.lease("c") is None  # no third attempt
+    [outcome] = queue.wait(ids, timeout_s=0)
+    assert outcome.episode is None and outcome.attempts == 2
+    assert outcome.failure == (
+        "attempt 1 on runner 'a' stopped renewing its lease; "
+        "attempt 2 on runner 'b' stopped renewing its lease"
+    )
+
+
+def test_closed_and_unknown_rollouts_refuse_uploads(clock) -> None:
+    queue, ids = open_queue(clock)
+    lease = queue.lease("a")
+    queue.complete("r0", lease.lease_id, {"id": "e"})
+    queue.wait(ids, timeout_s=0)
+    with pytest.raises(UnknownRollout):  # the step is over: a very late upload cannot land in the next one
+        queue.complete("r0", lease.lease_id, {"id": "e"})
+    with pytest.raises(UnknownRollout):
+        queue.renew("nope", "x")
+
+
+def test_wait_times_out_the_rest(clock) -> None:
+    queue, ids = open_queue(clock, count=2)
+    lease = queue.lease("a")
+    queue.complete(lease.rollout_id, lease.lease_id, {"id": "e"})
+    outcomes = queue.wait(ids, timeout_s=0)
+    assert [o.failure for o in outcomes] == [None, "no episode within 0 s"]
+
+
+def test_waiting_runners_get_rollouts_as_they_open() -> None:
+    queue = RolloutQueue(lease_timeout_s=10)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(queue.lease("a", wait_s=10)))
+    waiter.start()
+    queue.submit([RolloutSpec("r0", {})])
+    waiter.join(5)
+    assert got and got[0].rollout_id == "r0"
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_attempts >= 1"):
+        RolloutQueue(max_attempts=0)
+    queue = RolloutQueue()
+    queue.submit([RolloutSpec("r0", {})])
+    with pytest.raises(ValueError, match="already open"):
+        queue.submit([RolloutSpec("r0", {})])
+
+
+def test_closing_fails_what_is_open_and_ends_long_polls_at_once(clock) -> None:
+    queue, ids = open_queue(clock, count=1)
+    queue.lease("a")
+    waiting = []
+    waiter = threading.Thread(target=lambda: waiting.append(queue.lease("b", wait_s=3600)))
+    waiter.start()
+    queue.close("the training run ended")
+    waiter.join(5)
+    assert waiting == [None]  # the long poll did not have to run out
+    assert queue.lease("c", wait_s=3600) is None
+    assert [o.failure for o in queue.wait(ids, timeout_s=0)] == ["the training run ended"]

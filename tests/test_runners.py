@@ -1,0 +1,236 @@
+"""Rollouts out of process: runner processes lease rollouts from the trainer's server over HTTP, run the
+agent against the real engine and upload the episodes; the trainer trains on them like on its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import lightning_sdk as ls
+from lightning_sdk.rollouts import RolloutQueue, RolloutSpec
+from lightning_sdk.rollouts.routes import install_rollout_routes
+from lightning_sdk.rollouts.runners import RunnerProcesses
+from lightning_sdk.tracing.store import EpisodeStore
+from tests.fixtures.runs import REPOSITORY
+
+pytestmark = pytest.mark.slow
+
+AGENT = "tests.scripts.runner_agent:solver"
+TASKS = [{"question": f"Name a fruit, number {i}."} for i in range(4)]
+
+
+@pytest.fixture
+def repository_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Runner processes import the agent module from the working directory and PYTHONPATH, as a user's would.
+    monkeypatch.chdir(REPOSITORY)
+
+
+@pytest.fixture
+def protocol_server(vllm_engine: Any) -> Any:
+    """The runner protocol on a server over the shared engine, with a short lease for quick re-issues."""
+    from lightning_sdk.serving import start_server
+
+    queue = RolloutQueue(lease_timeout_s=3.0, episode_timeout_s=120.0, max_attempts=3)
+    server = start_server(
+        vllm_engine, routes=[lambda app, authorize: install_rollout_routes(app, authorize, queue)]
+    )
+    yield queue, server
+    queue.close("test over")
+    server.stop()
+
+
+def _fit(vllm_engine: Any, run_dir: Path, runners: Any) -> Any:
+    from tests.scripts.runner_agent import solver
+
+    config = ls.TrainerConfig(
+        group_size=2,
+        batch_size=2,
+        max_steps=1,
+        max_tokens=6,
+        learning_rate=1e-3,
+        eval_every=0,
+        save_every=0,
+        run_dir=str(run_dir),
+        progress_bar=False,
+        runners=runners,
+    )
+    return ls.Trainer(config=config, engine=vllm_engine).fit(solver, TASKS)
+
+
+def _structure(run_dir: Path) -> list[tuple[Any, ...]]:
+    with EpisodeStore(run_dir / "episodes.sqlite") as store:
+        episodes = list(store.episodes())
+    assert len(episodes) == 4
+    rows = []
+    for episode in episodes:
+        assert episode.error is None and episode.reward is not None
+        for call in episode.all_calls():
+            assert call.prompt_token_ids and call.completion_token_ids  # the exact ids the engine served
+        rows.append(
+            (episode.name, len(episode.all_calls()), sorted(episode.rewards), episode.metadata["task_index"])
+        )
+    return sorted(rows)
+
+
+def test_two_runner_processes_train_like_in_process_rollouts(
+    vllm_engine, tmp_path, repository_importable
+) -> None:
+    in_process = _fit(vllm_engine, tmp_path / "here", None)
+    on_runners = _fit(vllm_engine, tmp_path / "runners", ls.Runners(processes=2, lease_timeout_s=10))
+    assert _structure(tmp_path / "runners") == _structure(tmp_path / "here")
+    with EpisodeStore(tmp_path / "runners" / "episodes.sqlite") as store:
+        runners = {episode.metadata["runner"] for episode in list(store.episodes())}
+    assert runners <= {"local-0", "local-1"} and runners
+    for result in (in_process, on_runners):
+        [record] = [r for r in result.history if "reward_mean" in r]
+        assert record["samples"] > 0  # the runners' calls were trained on, not filtered as another server's
+
+
+def test_a_killed_runner_loses_its_rollout_to_another(
+    protocol_server, tmp_path, repository_importable
+) -> None:
+    queue, server = protocol_server
+    marker = tmp_path / "hanging-runner.pid"
+    tasks = [{**TASKS[0], "hang_once": str(marker)}, *TASKS[1:]]
+    ids = queue.submit(RolloutSpec(queue.new_id(), task, policy_version=None) for task in tasks)
+    processes = RunnerProcesses(
+        2,
+        AGENT,
+        server.endpoint.base_url.removesuffix("/v1"),
+        server.endpoint.api_key,
+        concurrency=1,
+        episode_timeout_s=120,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        hanging = int(marker.read_text())
+        assert hanging in processes.pids
+        os.kill(hanging, signal.SIGKILL)  # mid-episode
+        outcomes = queue.wait(ids, timeout_s=180, on_poll=processes.restart_exited)
+    finally:
+        processes.stop()
+    assert all(o.episode is not None and o.failure is None for o in outcomes)
+    assert outcomes[0].attempts == 2  # re-issued after the killed runner's lease lapsed
+    assert len({o.episode["id"] for o in outcomes}) == 4  # none lost, none counted twice
+    assert all(o.episode["calls"] and o.episode["calls"][0]["completion_token_ids"] for o in outcomes)
+
+
+def test_a_runner_started_before_the_trainer_connects_when_it_comes_up(
+    vllm_engine, tmp_path, repository_importable
+):
+    from lightning_sdk.serving import start_server
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    key = "sk-test-runner-first"
+    log = tmp_path / "runner.log"
+    env = {**os.environ, "LIGHTNING_SDK_KEY": key, "PYTHONPATH": str(REPOSITORY)}
+    with log.open("w") as output:
+        runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lightning_sdk.cli",
+                "runner",
+                AGENT,
+                "--trainer",
+                f"http://127.0.0.1:{port}",
+            ],
+            env=env,
+            stderr=output,
+            stdout=output,
+        )
+    try:
+        time.sleep(3)  # the runner is waiting for a trainer that is not there yet
+        queue = RolloutQueue(lease_timeout_s=10)
+        routes = [lambda app, authorize: install_rollout_routes(app, authorize, queue)]
+        with start_server(vllm_engine, port=port, api_key=key, routes=routes):
+            [outcome] = queue.wait(queue.submit([RolloutSpec("r0", TASKS[0])]), timeout_s=120)
+    finally:
+        runner.send_signal(signal.SIGINT)
+        runner.wait(30)
+    assert outcome.episode is not None and outcome.episode["rewards"]
+    said = log.read_text()
+    assert f"cannot reach the trainer at http://127.0.0.1:{port}" in said and "answers again" in said
+
+
+def test_bad_requests_get_clear_errors_and_lose_nothing(protocol_server) -> None:
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    good = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    ids = queue.submit([RolloutSpec("ok", {"q": 1}), RolloutSpec("other", {"q": 2})])
+    lease = good.post("/v1/rollouts/lease", json={"runner": "t", "wait_s": 1}).json()
+    stored = good.post(
+        f"/v1/rollouts/{lease['rollout_id']}/episode",
+        json={"lease_id": lease["lease_id"], "episode": {"name": "solver"}},
+    )
+    assert stored.json() == {"stored": True}
+
+    def refused(response: httpx.Response, status: int, code: str) -> None:
+        assert response.status_code == status, response.text
+        assert response.json()["error"]["code"] == code
+
+    for client in (
+        httpx.Client(base_url=root, timeout=30),
+        httpx.Client(base_url=root, headers={"Authorization": "Bearer wrong"}, timeout=30),
+    ):
+        refused(client.post("/v1/rollouts/lease", json={"runner": "t"}), 401, "invalid_api_key")
+        refused(
+            client.post(
+                f"/v1/rollouts/{lease['rollout_id']}/episode",
+                json={"lease_id": lease["lease_id"], "episode": {}},
+            ),
+            401,
+            "invalid_api_key",
+        )
+    refused(
+        good.post("/v1/rollouts/nope/episode", json={"lease_id": "x", "episode": {}}), 404, "unknown_rollout"
+    )
+    refused(
+        good.post(f"/v1/rollouts/{lease['rollout_id']}/episode", json={"lease_id": "stolen", "episode": {}}),
+        409,
+        "lease_lost",
+    )
+    second = good.post("/v1/rollouts/lease", json={"runner": "t", "wait_s": 1}).json()
+    refused(
+        good.post(
+            f"/v1/rollouts/{second['rollout_id']}/episode",
+            json={"lease_id": second["lease_id"], "episode": {"calls": "no"}},
+        ),
+        400,
+        "invalid_episode",
+    )
+    refused(
+        good.post(
+            f"/v1/rollouts/{second['rollout_id']}/episode",
+            json={"lease_id": second["lease_id"], "episode": {"surprise": 1}},
+        ),
+        400,
+        "invalid_episode",
+    )
+    refused(
+        good.post(f"/v1/rollouts/{second['rollout_id']}/episode", content=b"{not json"), 400, "invalid_json"
+    )
+    refused(good.post("/v1/rollouts/lease", json={"runner": "t", "wait_s": 999}), 400, "invalid_value")
+    huge = b'{"lease_id": "x", "episode": {"output": "' + b"x" * (33 * 1024 * 1024) + b'"}}'
+    refused(good.post(f"/v1/rollouts/{second['rollout_id']}/episode", content=huge), 413, "payload_too_large")
+    # Nothing refused changed what was stored, and the server still serves both protocols.
+    assert good.post(
+        f"/v1/rollouts/{second['rollout_id']}/episode",
+        json={"lease_id": second["lease_id"], "episode": {"name": "solver"}},
+    ).json() == {"stored": True}
+    outcomes = queue.wait(ids, timeout_s=5)
+    assert [o.episode["name"] for o in outcomes] == ["solver", "solver"]
+    assert server.endpoint.openai_client().models.list().data
