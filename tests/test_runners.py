@@ -234,3 +234,47 @@ def test_bad_requests_get_clear_errors_and_lose_nothing(protocol_server) -> None
     outcomes = queue.wait(ids, timeout_s=5)
     assert [o.episode["name"] for o in outcomes] == ["solver", "solver"]
     assert server.endpoint.openai_client().models.list().data
+
+
+def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> None:
+    # An agent in any language: plain HTTP, no decorator, no openai client, no recording of its own.
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    http = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    [rollout_id] = queue.submit([RolloutSpec("g0", {"question": "What is 2 + 2?"})])
+    lease = http.post("/v1/rollouts/lease", json={"runner": "curl", "wait_s": 1}).json()
+    gateway = lease["gateway_base_url"]
+    assert gateway == f"{root}/rollouts/g0/{lease['lease_id']}/v1"
+    ask = {"model": "default", "messages": [{"role": "user", "content": lease["task"]["question"]}],
+           "max_tokens": 8, "temperature": 0}  # fmt: skip
+    answered = http.post(f"{gateway}/chat/completions", json=ask)
+    assert answered.status_code == 200, answered.text
+    whole = answered.json()
+    streamed_ids = []
+    with http.stream("POST", f"{gateway}/chat/completions", json={**ask, "stream": True}) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: {"):
+                chunk = httpx.Response(200, content=line[6:]).json()
+                for choice in chunk["choices"]:
+                    streamed_ids += choice.get("token_ids") or []
+    refused = http.post(f"{root}/rollouts/g0/not-the-lease/v1/chat/completions", json=ask)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "lease_lost"
+    unauthorised = httpx.post(f"{gateway}/chat/completions", json=ask, timeout=60)
+    assert unauthorised.status_code == 401  # and nothing recorded (two calls below, not three)
+    bad = http.post(
+        f"/v1/rollouts/{rollout_id}/reward", json={"lease_id": lease["lease_id"], "reward": "high"}
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_reward"
+    done = http.post(f"/v1/rollouts/{rollout_id}/reward",
+                     json={"lease_id": lease["lease_id"], "reward": 1.0, "step_rewards": [0.5, None],
+                           "output": "4", "name": "curl-agent"})  # fmt: skip
+    assert done.json() == {"stored": True, "calls": 2}
+    [outcome] = queue.wait([rollout_id], timeout_s=5)
+    episode = ls.Episode.from_dict(outcome.episode)
+    assert episode.name == "curl-agent" and episode.reward == 1.0 and episode.output == "4"
+    first, second = episode.calls
+    assert first.prompt_token_ids == whole["prompt_token_ids"]
+    assert first.completion_token_ids == whole["choices"][0]["token_ids"]  # the exact ids it served
+    assert second.completion_token_ids == streamed_ids and second.prompt_token_ids == first.prompt_token_ids
+    assert (first.reward, second.reward) == (0.5, None)
+    assert {call.agent_name for call in episode.calls} == {"curl-agent"}

@@ -211,6 +211,14 @@ class RolloutQueue:
             self._changed.notify_all()
             return True
 
+    def task(self, rollout_id: str) -> Any:
+        """The task of an open rollout (`UnknownRollout` when it is not open)."""
+        with self._changed:
+            entry = self._entries.get(rollout_id)
+            if entry is None:
+                raise UnknownRollout(rollout_id)
+            return entry.spec.task
+
     def stats(self) -> dict[str, int]:
         """Open rollouts by state, for progress output and the status route."""
         with self._changed:

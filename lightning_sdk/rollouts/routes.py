@@ -8,6 +8,10 @@
   `Episode.to_dict()`); 200 `{"stored": true}`, or `{"stored": false}` for a repeated upload; 409 when the
   rollout is no longer leased under this lease; 404 for a rollout that is not open.
 - `GET /v1/rollouts`: how many open rollouts are pending, leased and done.
+- The gateway (`lightning_sdk.rollouts.gateway`), for agents that do not record themselves:
+  `POST /rollouts/<id>/<lease id>/v1/chat/completions` (and `/completions`, `GET .../models`) answer as
+  `/v1` does and record the call into the lease's episode; `POST /v1/rollouts/<id>/reward`
+  `{"lease_id", "reward", "step_rewards"?, "output"?, "error"?, "name"?}` completes the rollout.
 
 Every error is an OpenAI-style error object; nothing already stored changes on a refused request.
 """
@@ -21,8 +25,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 
+from lightning_sdk.rollouts.gateway import GatewayRecorder, parse_reward_report
 from lightning_sdk.rollouts.queue import LeaseLost, RolloutQueue, UnknownRollout
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.tracing.episode import Episode
@@ -65,6 +70,7 @@ def install_rollout_routes(
         granted = await run_in_threadpool(queue.lease, runner, float(wait_s))
         if granted is None:
             return Response(status_code=204)
+        root = str(request.base_url).rstrip("/")
         return {
             "rollout_id": granted.rollout_id,
             "lease_id": granted.lease_id,
@@ -72,7 +78,8 @@ def install_rollout_routes(
             "policy_version": granted.policy_version,
             "attempt": granted.attempt,
             "renew_within_s": granted.renew_within_s,
-            "base_url": f"{str(request.base_url).rstrip('/')}/v1",
+            "base_url": f"{root}/v1",
+            "gateway_base_url": f"{root}/rollouts/{granted.rollout_id}/{granted.lease_id}/v1",
         }
 
     @app.post("/v1/rollouts/{rollout_id}/renew")
@@ -97,6 +104,68 @@ def install_rollout_routes(
         authorize(request)
         return queue.stats()
 
+    _install_gateway(app, authorize, queue)
+
+
+def _install_gateway(app: FastAPI, authorize: Callable[[Request], None], queue: RolloutQueue) -> None:
+    """Per-lease copies of the app's own OpenAI routes that record each call, and the reward route."""
+    recorder = GatewayRecorder(queue)
+    own = {
+        (route.path, method): route.endpoint
+        for route in app.routes
+        for method in getattr(route, "methods", ())
+    }
+
+    def recorded(kind: str, path: str) -> Callable[..., Any]:
+        serve = own[(path, "POST")]
+
+        async def gateway_route(rollout_id: str, lease_id: str, request: Request) -> Any:
+            authorize(request)
+            with _protocol_errors():
+                recorder.check(rollout_id, lease_id)
+            body = await _json_object(request, MAX_EPISODE_BYTES)
+            base_url = str(request.base_url).rstrip("/") + f"/rollouts/{rollout_id}/{lease_id}/v1"
+            template = recorder.template(kind, body, base_url)
+            response = await serve(request)  # the body was read above; Starlette hands it out again
+            if isinstance(response, StreamingResponse):
+                response.body_iterator = recorder.record_stream(
+                    rollout_id, lease_id, template, response.body_iterator
+                )
+            else:
+                recorder.record_response(rollout_id, lease_id, template, response)
+            return response
+
+        return gateway_route
+
+    app.post("/rollouts/{rollout_id}/{lease_id}/v1/chat/completions")(
+        recorded("chat", "/v1/chat/completions")
+    )
+    app.post("/rollouts/{rollout_id}/{lease_id}/v1/completions")(recorded("completion", "/v1/completions"))
+    models = own[("/v1/models", "GET")]
+
+    @app.get("/rollouts/{rollout_id}/{lease_id}/v1/models")
+    async def gateway_models(rollout_id: str, lease_id: str, request: Request) -> Any:
+        return await models(request)
+
+    @app.post("/v1/rollouts/{rollout_id}/reward")
+    async def reward(rollout_id: str, request: Request) -> Any:
+        authorize(request)
+        body = await _json_object(request, MAX_EPISODE_BYTES)
+        lease_id = _lease_id(body)
+        try:
+            report = parse_reward_report(body)
+        except ValueError as error:
+            raise APIError.bad_request(str(error), code="invalid_reward") from None
+        base_url = str(request.base_url).rstrip("/") + f"/rollouts/{rollout_id}/{lease_id}/v1"
+        with _protocol_errors():
+            recorder.check(rollout_id, lease_id)
+            try:
+                episode = recorder.finish(rollout_id, lease_id, queue.task(rollout_id), report, base_url)
+            except ValueError as error:
+                raise APIError.bad_request(str(error), param="step_rewards", code="invalid_reward") from None
+            stored = queue.complete(rollout_id, lease_id, episode)
+        return {"stored": stored, "calls": len(episode["calls"])}
+
 
 async def _json_object(request: Request, limit: int) -> dict[str, Any]:
     declared = request.headers.get("content-length")
@@ -107,6 +176,7 @@ async def _json_object(request: Request, limit: int) -> dict[str, Any]:
         raw += chunk
         if len(raw) > limit:
             raise APIError(413, f"The request body is larger than {limit} bytes.", code="payload_too_large")
+    request._body = raw  # Starlette's cache of the body: the gateway hands the request on to the app's route
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
