@@ -278,3 +278,51 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
     assert second.completion_token_ids == streamed_ids and second.prompt_token_ids == first.prompt_token_ids
     assert (first.reward, second.reward) == (0.5, None)
     assert {call.agent_name for call in episode.calls} == {"curl-agent"}
+
+
+def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(
+    vllm_engine, tmp_path, repository_importable
+) -> None:
+    pytest.importorskip("ray", reason="Ray is not installed; install lightning-sdk[ray]")
+    import threading
+
+    from tests.scripts.runner_agent import solver
+
+    marker = tmp_path / "hanging-actor.pid"
+    tasks = [{**TASKS[0], "hang_once": str(marker)}, TASKS[1]]
+    # A long lease keeps the step waiting for the hung rollout long enough to see Ray restart the actor.
+    runners = ls.Runners(processes=2, backend="ray", resources={"num_cpus": 0.5}, lease_timeout_s=20)
+    config = ls.TrainerConfig(group_size=2, batch_size=2, max_steps=1, max_tokens=6, learning_rate=1e-3,
+                              eval_every=0, save_every=0, run_dir=str(tmp_path / "ray"), progress_bar=False,
+                              runners=runners)  # fmt: skip
+    trainer = ls.Trainer(config=config, engine=vllm_engine)
+    seen: dict[str, Any] = {}
+
+    def kill_then_watch() -> None:
+        deadline = time.monotonic() + 600
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        seen["killed"] = killed = int(marker.read_text())
+        os.kill(killed, signal.SIGKILL)  # the actor's process, mid-episode
+        while time.monotonic() < deadline and trainer.session is not None:
+            try:
+                pids = trainer.session.remote.processes.pids
+            except Exception:  # noqa: BLE001 - the actor may be restarting; ask again
+                pids = []
+            if len(pids) == 2 and killed not in pids:
+                seen["pids_after"] = pids
+                return
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=kill_then_watch, daemon=True)
+    watcher.start()
+    result = trainer.fit(solver, tasks)
+    watcher.join(60)
+    assert "pids_after" in seen, seen  # Ray restarted the killed actor under a new process
+    with EpisodeStore(tmp_path / "ray" / "episodes.sqlite") as store:
+        episodes = list(store.episodes())
+    assert len(episodes) == 4 and all(e.error is None and e.reward is not None for e in episodes)
+    assert {e.metadata["runner"].split("/")[0] for e in episodes} <= {"ray-0", "ray-1"}
+    assert max(e.metadata["attempt"] for e in episodes) == 2  # the killed actor's rollout, run again
+    [record] = [r for r in result.history if "reward_mean" in r]
+    assert record["samples"] > 0

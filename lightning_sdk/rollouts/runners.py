@@ -1,9 +1,10 @@
 """`Runners`: train with rollouts run by runner processes instead of inside the trainer's process.
 
-`TrainerConfig(runners=Runners(processes=2))` starts two runner processes on this machine; with
-`processes=0` the trainer waits for runners you start yourself (`lightning-sdk runner ...`, on this
-machine or others). Either way the trainer serves the runner protocol on its OpenAI-compatible server,
-behind the run's key, and prints the command that starts a runner.
+`TrainerConfig(runners=Runners(processes=2))` starts two runner processes on this machine,
+`Runners(processes=8, backend="ray")` eight runner actors on a Ray cluster; with `processes=0` the trainer
+waits for runners you start yourself (`lightning-sdk runner ...`, on this machine or others). Either way
+the trainer serves the runner protocol on its OpenAI-compatible server, behind the run's key, and prints
+the command that starts a runner.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 __all__ = ["RunnerProcesses", "Runners"]
 
@@ -26,8 +29,16 @@ class Runners:
     """Where rollouts run when they do not run in the trainer's process."""
 
     processes: int = 0
-    """Runner processes the trainer starts on this machine and restarts when one dies; 0 starts none and
-    waits for runners started elsewhere."""
+    """Runners the trainer starts and restarts when one dies (processes on this machine, or Ray actors
+    with `backend="ray"`); 0 starts none and waits for runners started elsewhere."""
+    backend: Literal["processes", "ray"] = "processes"
+    """Where started runners run: `"processes"` on this machine, or `"ray"`: actors on a Ray cluster."""
+    ray_address: str | None = None
+    """The Ray cluster to join (`"auto"`, `"ray://head:10001"`, ...); `None` uses the connection this process
+    already has (`ray.init(...)` before `fit`), or starts a local cluster."""
+    resources: Mapping[str, float] | None = None
+    """What each Ray runner actor reserves (`{"num_cpus": 2, "num_gpus": 0, "my_resource": 1}`); default
+    one CPU."""
     agent: str | None = None
     """The agent as runners import it (`module:function` or `path/to/agent.py:function`); default: derived
     from the agent passed to `fit` (it must be defined at the top level of a module or script)."""
@@ -50,6 +61,12 @@ class Runners:
                 raise ValueError(f"Runners({name}={value!r}): must be a whole number >= {minimum}.")
         if not self.lease_timeout_s > 0:
             raise ValueError(f"Runners(lease_timeout_s={self.lease_timeout_s!r}): must be > 0 seconds.")
+        if self.backend not in ("processes", "ray"):
+            raise ValueError(f"Runners(backend={self.backend!r}): use 'processes' or 'ray'.")
+        if self.resources is not None and not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in self.resources.values()
+        ):
+            raise ValueError(f"Runners(resources={self.resources!r}): amounts must be numbers >= 0.")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"Runners(port={self.port!r}): must be a port number, or 0 for a free one.")
 

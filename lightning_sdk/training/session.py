@@ -166,12 +166,24 @@ class TrainingSession:
             "127.0.0.1", socket.gethostname())  # fmt: skip
         command = (f"LIGHTNING_SDK_KEY={self.endpoint.api_key} lightning-sdk runner "
                    f"{reference or 'module:agent'} --trainer {shown_url}")  # fmt: skip
-        processes = None
+        processes: Any = None
         if runners.processes:
             if reference is None:
                 raise ValueError("Runners(processes=...) needs the agent: pass it to fit or to Runners.")
-            processes = RunnerProcesses(runners.processes, reference, local_url, self.endpoint.api_key,
-                                        runners.concurrency, self.config.episode_timeout_s)  # fmt: skip
+            if runners.backend == "ray":
+                from lightning_sdk.rollouts.ray_runners import RayRunners, node_address
+
+                # Actors on other nodes reach the trainer at this node's cluster address (when it listens
+                # beyond the loopback interface).
+                loopback = runners.host in ("127.0.0.1", "localhost")
+                url = local_url if loopback else local_url.replace("127.0.0.1", node_address())
+                processes = RayRunners(
+                    runners.processes, reference, url, self.endpoint.api_key, runners.concurrency,
+                    self.config.episode_timeout_s, runners.ray_address, runners.resources,
+                )  # fmt: skip
+            else:
+                processes = RunnerProcesses(runners.processes, reference, local_url, self.endpoint.api_key,
+                                            runners.concurrency, self.config.episode_timeout_s)  # fmt: skip
         log.info("rollouts run on runners; start one with: %s", command)
         self.remote = RemoteRollouts(self.queue, self.endpoint.base_url, command, processes)
 
