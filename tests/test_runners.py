@@ -153,7 +153,10 @@ def test_a_runner_started_before_the_trainer_connects_when_it_comes_up(
             stdout=output,
         )
     try:
-        time.sleep(3)  # the runner is waiting for a trainer that is not there yet
+        # Until the runner says that it waits for the trainer, which is not there yet.
+        deadline = time.monotonic() + 120
+        while "cannot reach the trainer" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
         queue = RolloutQueue(lease_timeout_s=10)
         routes = [lambda app, authorize: install_rollout_routes(app, authorize, queue)]
         with start_server(vllm_engine, port=port, api_key=key, routes=routes):
@@ -291,7 +294,7 @@ def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(
     marker = tmp_path / "hanging-actor.pid"
     tasks = [{**TASKS[0], "hang_once": str(marker)}, TASKS[1]]
     # A long lease keeps the step waiting for the hung rollout long enough to see Ray restart the actor.
-    runners = ls.Runners(processes=2, backend="ray", resources={"num_cpus": 0.5}, lease_timeout_s=20)
+    runners = ls.Runners(processes=2, backend="ray", resources={"num_cpus": 0.5}, lease_timeout_s=30)
     config = ls.TrainerConfig(group_size=2, batch_size=2, max_steps=1, max_tokens=6, learning_rate=1e-3,
                               eval_every=0, save_every=0, run_dir=str(tmp_path / "ray"), progress_bar=False,
                               runners=runners)  # fmt: skip
@@ -312,7 +315,7 @@ def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(
             if len(pids) == 2 and killed not in pids:
                 seen["pids_after"] = pids
                 return
-            time.sleep(0.5)
+            time.sleep(0.2)
 
     watcher = threading.Thread(target=kill_then_watch, daemon=True)
     watcher.start()
