@@ -36,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     train.add_argument("--val-data", default=None, help="Validation tasks (.jsonl).")
     train.add_argument("--reward", default=None, help="Optional reward function module:function(task, output).")
     train.add_argument("--model", default=None, help="Model folder or Hub id (default: bundled SmolLM2-135M).")
+    train.add_argument("--engine", default="auto", choices=["auto", "vllm", "transformers"],
+                       help="Inference engine (default: vLLM when installed, else transformers).")  # fmt: skip
     train.add_argument("--config", default=None, help="TrainerConfig fields as a JSON file.")
     train.add_argument("--steps", type=int, default=None, help="Override max_steps.")
     train.add_argument("--run-dir", default=None, help="Run folder.")
@@ -98,7 +100,7 @@ def _run_train(args: argparse.Namespace) -> int:
         fields["max_steps"] = args.steps
     if args.run_dir is not None:
         fields["run_dir"] = args.run_dir
-    trainer = Trainer(model=args.model, config=TrainerConfig(**fields))
+    trainer = Trainer(model=args.model, config=TrainerConfig(**fields), engine=args.engine)
     reward = _load_object(args.reward) if args.reward else None
     val = _read_jsonl(args.val_data) if args.val_data else None
     result = trainer.fit(_load_object(args.agent), _read_jsonl(args.data), val, reward=reward, resume=args.resume)

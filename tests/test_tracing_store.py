@@ -158,3 +158,15 @@ def test_malformed_server_response_is_logged_not_raised(openai_server, openai_cl
         response = agent("x")
     assert response.id == "x"  # the user gets the response object untouched
     assert episodes[0].calls == [] and "recording an openai call" in caplog.text
+
+
+def test_steps_after_a_checkpoint_can_be_discarded(tmp_path) -> None:
+    # What a resumed training run does with the episodes its killed attempt stored for steps it redoes.
+    with ls.EpisodeStore(tmp_path / "episodes.sqlite") as store:
+        for step in (1, 2, 3, 3):
+            store.add(ls.Episode(run_id="run", metadata={"step": step}))
+        store.add(ls.Episode(run_id="other run", metadata={"step": 3}))
+        store.add(ls.Episode(run_id="run"))  # not a training episode: no step
+        assert store.discard_steps_after("run", 2) == 2
+        left = sorted((e.run_id, e.metadata.get("step", 0)) for e in store.episodes())
+        assert left == [("other run", 3), ("run", 0), ("run", 1), ("run", 2)]

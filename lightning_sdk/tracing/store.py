@@ -79,6 +79,17 @@ class EpisodeStore:
                 raise
             self._connection.execute("COMMIT")
 
+    def discard_steps_after(self, run_id: str, step: int) -> int:
+        """Delete the run's episodes of training steps after `step` (their `metadata["step"]`); returns how
+        many. A run resumed from the checkpoint of `step` redoes those steps: the episodes a killed attempt
+        stored for them would otherwise stand beside the redone ones."""
+        with self._lock:
+            cursor = self._connection.execute(
+                "DELETE FROM episodes WHERE run_id = ? AND json_extract(data, '$.metadata.step') > ?",
+                (run_id, step),
+            )
+        return cursor.rowcount
+
     def get(self, episode_id: str) -> Episode | None:
         """The episode with this id, or None."""
         with self._lock:

@@ -311,6 +311,10 @@ class TrainingSession:
                                 self.scheduler)  # fmt: skip
         cursor.restore(state["data"])
         step = int(state["step"])
+        if self.episodes is not None:  # episodes the killed run stored for steps it will now redo
+            dropped = self.episodes.discard_steps_after(self.run_dir.name, step)
+            if dropped:
+                log.info("dropped %d episodes of steps after %d, stored before the run stopped", dropped, step)
         if self.metrics is not None:  # drop records written after the checkpoint by the killed run
             from lightning_sdk.training.metrics import MetricsWriter
 
