@@ -31,7 +31,7 @@ from lightning_sdk.engine import TransformersEngine
 from lightning_sdk.rollouts import RolloutQueue
 from lightning_sdk.rollouts.ray_runners import RayRunners
 from lightning_sdk.rollouts.routes import install_rollout_routes
-from lightning_sdk.rollouts.runners import RunnerProcesses
+from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
 from lightning_sdk.serving import start_server
 from lightning_sdk.training.remote import RemoteRollouts
 from lightning_sdk.training.rollout import run_rollouts
@@ -72,7 +72,7 @@ def main() -> None:
     try:
         task = {"x": 1}
         here = latencies(lambda: in_process(trivial, [task], 1), args.episodes)
-        one = RunnerProcesses(1, "benchmarks.runner_agents:trivial", root, key, 1, 60)
+        one = RunnerProcesses(1, RunnerLaunch("benchmarks.runner_agents:trivial", root, key, 1, 60))
         remote = RemoteRollouts(queue, server.endpoint.base_url, "", one)
         try:
             remote.run([task], 1, None)  # the runner is up
@@ -93,15 +93,16 @@ def main() -> None:
             "",
         ]
         tasks = [{"x": i, "tool_calls": 2, "tool_s": 0.2} for i in range(args.throughput_episodes)]
+        tool_runner = RunnerLaunch("benchmarks.runner_agents:cpu_tool", root, key, 1, 60)
         throughput = [("in-process (threads)", _timed(lambda: in_process(cpu_tool, tasks, 8), len(tasks)))]
         for label, pool in (
             (
                 "2 runner processes",
-                lambda: RunnerProcesses(2, "benchmarks.runner_agents:cpu_tool", root, key, 1, 60),
+                lambda: RunnerProcesses(2, tool_runner),
             ),
             (
                 "2 Ray actors (local cluster)",
-                lambda: RayRunners(2, "benchmarks.runner_agents:cpu_tool", root, key, 1, 60),
+                lambda: RayRunners(2, tool_runner),
             ),
         ):
             runners = pool()

@@ -64,4 +64,5 @@ def test_two_training_steps_on_one_gpu(tmp_path: Path, weight_sync: str) -> None
 def test_two_gpus_under_torchrun_train_the_same_adapter(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_script("distributed_fit.py", str(run_dir), "vllm", nproc=2)
-    check_two_rank_run(run_dir, device_of_rank=lambda rank: f"cuda:{rank}", backend="nccl", engine="vllm")
+    ranks = check_two_rank_run(run_dir, device_of_rank=lambda rank: f"cuda:{rank}", backend="nccl")
+    assert all(rank["executor_backend"] == "external_launcher" for rank in ranks)

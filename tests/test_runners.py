@@ -19,7 +19,7 @@ import pytest
 import lightning_sdk as ls
 from lightning_sdk.rollouts import RolloutQueue, RolloutSpec
 from lightning_sdk.rollouts.routes import install_rollout_routes
-from lightning_sdk.rollouts.runners import RunnerProcesses
+from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
 from lightning_sdk.tracing.store import EpisodeStore
 from tests.fixtures.runs import REPOSITORY
 
@@ -111,14 +111,8 @@ def test_a_killed_runner_loses_its_rollout_to_another(
     marker = tmp_path / "hanging-runner.pid"
     tasks = [{**TASKS[0], "hang_once": str(marker)}, *TASKS[1:]]
     ids = queue.submit(RolloutSpec(queue.new_id(), task, policy_version=None) for task in tasks)
-    processes = RunnerProcesses(
-        2,
-        AGENT,
-        server.endpoint.base_url.removesuffix("/v1"),
-        server.endpoint.api_key,
-        concurrency=1,
-        episode_timeout_s=120,
-    )
+    url = server.endpoint.base_url.removesuffix("/v1")
+    processes = RunnerProcesses(2, RunnerLaunch(AGENT, url, server.endpoint.api_key, episode_timeout_s=120))
     try:
         deadline = time.monotonic() + 120
         while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:

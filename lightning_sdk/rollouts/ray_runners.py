@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from types import ModuleType
+
+from lightning_sdk.rollouts.runners import RunnerLaunch
 
 __all__ = ["RayRunners", "import_ray", "node_address"]
 
@@ -53,11 +54,7 @@ class RayRunners:
     def __init__(
         self,
         count: int,
-        agent: str,
-        trainer_url: str,
-        api_key: str,
-        concurrency: int,
-        episode_timeout_s: float,
+        launch: RunnerLaunch,
         address: str | None = None,
         resources: Mapping[str, float] | None = None,
     ) -> None:
@@ -71,7 +68,6 @@ class RayRunners:
             self._started_ray = True
         wanted = dict(resources or {"num_cpus": 1})
         cpus, gpus = wanted.pop("num_cpus", 1), wanted.pop("num_gpus", 0)
-        path = [str(Path.cwd()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         actor = ray.remote(_RunnerActor).options(
             max_restarts=-1,
             max_task_retries=-1,
@@ -79,11 +75,13 @@ class RayRunners:
             num_cpus=cpus,
             num_gpus=gpus,
             resources=wanted or None,
-            runtime_env={"env_vars": {"LIGHTNING_SDK_KEY": api_key, "PYTHONPATH": os.pathsep.join(path)}},
+            runtime_env={"env_vars": launch.environment()},
         )
         self._actors = [actor.remote() for _ in range(count)]
         self._loops = [
-            handle.serve.remote(agent, trainer_url, concurrency, episode_timeout_s, f"ray-{index}")
+            handle.serve.remote(
+                launch.agent, launch.trainer_url, launch.concurrency, launch.episode_timeout_s, f"ray-{index}"
+            )
             for index, handle in enumerate(self._actors)
         ]
         log.info("started %d runner actors on Ray (%s each)", count, resources or {"num_cpus": 1})

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["RunnerProcesses", "Runners"]
+__all__ = ["RunnerLaunch", "RunnerProcesses", "Runners"]
 
 log = logging.getLogger("lightning_sdk.rollouts")
 
@@ -71,35 +71,35 @@ class Runners:
             raise ValueError(f"Runners(port={self.port!r}): must be a port number, or 0 for a free one.")
 
 
+@dataclass(frozen=True)
+class RunnerLaunch:
+    """What every runner the trainer starts needs, wherever it starts it (a process here, a Ray actor)."""
+
+    agent: str
+    """The agent as `load_agent` finds it (`module:function` or `path/to/agent.py:function`)."""
+    trainer_url: str
+    """The trainer's server as the runner reaches it."""
+    api_key: str
+    concurrency: int = 1
+    episode_timeout_s: float = 300.0
+
+    def environment(self) -> dict[str, str]:
+        """Variables a started runner needs: the key (through the environment, not a command line that
+        other users can read in `ps`), and the agent's module as importable as it is here."""
+        path = [str(Path.cwd()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        return {"LIGHTNING_SDK_KEY": self.api_key, "PYTHONPATH": os.pathsep.join(path)}
+
+
 class RunnerProcesses:
     """Runner processes on this machine: started with the run, restarted if one exits, stopped at its end."""
 
-    def __init__(
-        self,
-        count: int,
-        agent: str,
-        trainer_url: str,
-        api_key: str,
-        concurrency: int,
-        episode_timeout_s: float,
-    ) -> None:
+    def __init__(self, count: int, launch: RunnerLaunch) -> None:
         self._command = [
-            sys.executable,
-            "-m",
-            "lightning_sdk.cli",
-            "runner",
-            agent,
-            "--trainer",
-            trainer_url,
-            "--concurrency",
-            str(concurrency),
-            "--episode-timeout",
-            str(episode_timeout_s),
-        ]
-        # The key goes through the environment, not the command line other users can read in `ps`.
-        self._env = {**os.environ, "LIGHTNING_SDK_KEY": api_key}
-        path = [str(Path.cwd()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        self._env["PYTHONPATH"] = os.pathsep.join(path)  # the agent's module, as importable as it is here
+            sys.executable, "-m", "lightning_sdk.cli", "runner", launch.agent,
+            "--trainer", launch.trainer_url, "--concurrency", str(launch.concurrency),
+            "--episode-timeout", str(launch.episode_timeout_s),
+        ]  # fmt: skip
+        self._env = {**os.environ, **launch.environment()}
         self._processes = [self._start(index) for index in range(count)]
 
     def _start(self, index: int) -> subprocess.Popen[bytes]:

@@ -7,6 +7,7 @@ The loop in `trainer.py` reads like the paragraph in ARCHITECTURE.md because the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -156,7 +157,7 @@ class TrainingSession:
         runners = self.config.runners
         if runners is None or self.queue is None:
             return
-        from lightning_sdk.rollouts.runners import RunnerProcesses
+        from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
         from lightning_sdk.runner.agents import agent_reference
         from lightning_sdk.training.remote import RemoteRollouts
 
@@ -170,20 +171,19 @@ class TrainingSession:
         if runners.processes:
             if reference is None:
                 raise ValueError("Runners(processes=...) needs the agent: pass it to fit or to Runners.")
+            launch = RunnerLaunch(reference, local_url, self.endpoint.api_key, runners.concurrency,
+                                  self.config.episode_timeout_s)  # fmt: skip
             if runners.backend == "ray":
                 from lightning_sdk.rollouts.ray_runners import RayRunners, node_address
 
                 # Actors on other nodes reach the trainer at this node's cluster address (when it listens
                 # beyond the loopback interface).
-                loopback = runners.host in ("127.0.0.1", "localhost")
-                url = local_url if loopback else local_url.replace("127.0.0.1", node_address())
-                processes = RayRunners(
-                    runners.processes, reference, url, self.endpoint.api_key, runners.concurrency,
-                    self.config.episode_timeout_s, runners.ray_address, runners.resources,
-                )  # fmt: skip
+                if runners.host not in ("127.0.0.1", "localhost"):
+                    reachable = local_url.replace("127.0.0.1", node_address())
+                    launch = dataclasses.replace(launch, trainer_url=reachable)
+                processes = RayRunners(runners.processes, launch, runners.ray_address, runners.resources)
             else:
-                processes = RunnerProcesses(runners.processes, reference, local_url, self.endpoint.api_key,
-                                            runners.concurrency, self.config.episode_timeout_s)  # fmt: skip
+                processes = RunnerProcesses(runners.processes, launch)
         log.info("rollouts run on runners; start one with: %s", command)
         self.remote = RemoteRollouts(self.queue, self.endpoint.base_url, command, processes)
 
