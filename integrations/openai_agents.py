@@ -12,15 +12,17 @@ ids. When the span ends, the processor names the linked call after the nearest e
 when there is none (openai capture off, or a model that does not use the `openai` client), records the
 call from the span's data (`source="openai_agents"`, no token ids).
 
-The SDK's tracing must stay enabled (it is by default): `set_tracing_disabled(True)` turns the spans,
-and so this attribution, off. To keep traces from being exported to OpenAI, drop the SDK's exporter
-before enabling: `agents.set_trace_processors([])`, then `instrument_openai_agents()`.
+Attribution does not depend on the SDK's trace export setting: with tracing switched off
+(`set_tracing_disabled(True)`, `OPENAI_AGENTS_DISABLE_TRACING=1`, `RunConfig(tracing_disabled=True)`),
+the spans are still made, for this processor only, and nothing is exported (`_agents_local_spans`).
+A model call that runs outside any agent span cannot be named; the first one is warned about.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +37,12 @@ try:
         TracingProcessor,
         add_trace_processor,
         get_trace_provider,
+        set_trace_provider,
     )
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_framework("the OpenAI Agents SDK (openai-agents)", "openai-agents") from error
 
+from lightning_sdk.integrations._agents_local_spans import LocalSpansProvider
 from lightning_sdk.tracing.context import (
     current_episode,
     record_call,
@@ -76,6 +80,7 @@ class _AgentAttribution(TracingProcessor):
         self._parents: dict[str, str | None] = {}
         self._agent_names: dict[str, str] = {}
         self._open: dict[str, _OpenGeneration] = {}
+        self.warned_unattributed = False
 
     def on_trace_start(self, trace: Trace) -> None:
         return
@@ -123,6 +128,8 @@ class _AgentAttribution(TracingProcessor):
         # the request), so the scope opened here is the one the openai request is made in.
         link = CallLink(SPAN_ID_KEY, span.span_id).open()
         agent_name = self._agent_of(span.parent_id)
+        if agent_name is None:
+            self._warn_unattributed()
         self._open[span.span_id] = _OpenGeneration(episode, agent_name, link, time.time())
 
     def _agent_of(self, span_id: str | None) -> str | None:
@@ -132,6 +139,18 @@ class _AgentAttribution(TracingProcessor):
                 return self._agent_names[span_id]
             span_id = self._parents.get(span_id)
         return None
+
+    def _warn_unattributed(self) -> None:
+        if self.warned_unattributed:
+            return
+        self.warned_unattributed = True
+        warnings.warn(
+            "lightning-sdk: an Agents SDK model call ran outside any agent span, so it is recorded under "
+            "the episode's name instead of an agent's, and per-agent training will not count it as any "
+            "agent's. Run models through Runner.run/run_streamed so that each turn has its agent span.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def _end(self, span: Span[Any]) -> None:
         self._parents.pop(span.span_id, None)
@@ -181,6 +200,19 @@ _processor = _AgentAttribution()
 _lock = threading.Lock()
 
 
+def _install_local_spans() -> None:
+    """Wrap the SDK's trace provider so that spans exist, for us only, while its tracing is off."""
+    provider = get_trace_provider()
+    if not isinstance(provider, LocalSpansProvider):
+        set_trace_provider(LocalSpansProvider(provider, _processor))
+
+
+def _remove_local_spans() -> None:
+    provider = get_trace_provider()
+    if isinstance(provider, LocalSpansProvider):
+        set_trace_provider(provider.inner)
+
+
 def _registered_processors() -> tuple[Any, ...] | None:
     """The provider's processors, when this SDK version lets us see them (else None)."""
     multi = getattr(get_trace_provider(), "_multi_processor", None)
@@ -200,6 +232,7 @@ def instrument_openai_agents() -> bool:
         if (_processor not in registered) if registered is not None else not _processor.added:
             add_trace_processor(_processor)
             _processor.added = True
+        _install_local_spans()
         was_on, _processor.enabled = _processor.enabled, True
         return not was_on
 
@@ -212,6 +245,7 @@ def uninstrument_openai_agents() -> bool:
         registered = _registered_processors()
         if registered is not None and _processor in registered:
             get_trace_provider().set_processors([p for p in registered if p is not _processor])
+        _remove_local_spans()
         return was_on
 
 

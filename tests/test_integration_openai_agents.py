@@ -4,21 +4,30 @@ against the local OpenAI-compatible server. The SDK's export of traces to OpenAI
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from agents import (
     Agent,
+    ModelSettings,
+    ModelTracing,
     OpenAIChatCompletionsModel,
+    RunConfig,
     Runner,
+    add_trace_processor,
     function_tool,
     set_trace_processors,
     set_tracing_disabled,
+    trace,
 )
+from agents.tracing import TracingProcessor, get_trace_provider, set_trace_provider
 from agents.tracing.processors import default_processor
+from agents.tracing.provider import DefaultTraceProvider
 from openai import AsyncOpenAI
 
 import lightning_sdk as ls
+from lightning_sdk.integrations import openai_agents as agents_integration
 from lightning_sdk.integrations.openai_agents import (
     SPAN_ID_KEY,
     instrument_openai_agents,
@@ -44,8 +53,10 @@ def add(a: int, b: int) -> int:
 
 @pytest.fixture(scope="module", autouse=True)
 def no_trace_export() -> Iterator[None]:
-    """No internet here: keep the SDK's exporter from sending traces to OpenAI during these tests."""
+    """No internet here: keep the SDK's exporter from sending traces to OpenAI during these tests.
+    Tracing itself is on (an example run earlier in the session may have switched it off)."""
     set_trace_processors([])
+    set_tracing_disabled(False)
     yield
     set_trace_processors([default_processor()])
 
@@ -78,15 +89,17 @@ def triage_desk(client: AsyncOpenAI) -> Agent:
     return Agent(name="triage", instructions="You route questions.", model=model, handoffs=[writer])
 
 
-async def run_episode(agent: Agent, task: str, streamed: bool = False, after: Any = None) -> ls.Episode:
+async def run_episode(
+    agent: Agent, task: str, streamed: bool = False, after: Any = None, run_config: RunConfig | None = None
+) -> ls.Episode:
     @ls.trace_agent(name="desk")
     async def desk(task: str) -> Any:
         if streamed:
-            result = Runner.run_streamed(agent, task)
+            result = Runner.run_streamed(agent, task, run_config=run_config)
             async for _ in result.stream_events():
                 pass
         else:
-            result = await Runner.run(agent, task)
+            result = await Runner.run(agent, task, run_config=run_config)
         if after is not None:
             await after()
         return result.final_output
@@ -196,13 +209,117 @@ async def test_instrumenting_after_replacing_the_processors_still_attributes(
     assert [c.agent_name for c in episode.calls] == ["triage", "writer", "writer"]
 
 
-async def test_with_sdk_tracing_disabled_calls_are_recorded_but_not_named(
+class SpanLog(TracingProcessor):
+    """Stands where the SDK's exporter would: every trace and span it would send to OpenAI."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def on_trace_start(self, trace: Any) -> None:
+        self.seen.append(trace)
+
+    def on_trace_end(self, trace: Any) -> None:
+        return
+
+    def on_span_start(self, span: Any) -> None:
+        self.seen.append(span)
+
+    def on_span_end(self, span: Any) -> None:
+        return
+
+    def shutdown(self) -> None:
+        return
+
+    def force_flush(self) -> None:
+        return
+
+
+@contextmanager
+def exporter_in_place() -> Iterator[SpanLog]:
+    """A `SpanLog` registered with the SDK's current trace provider, as its exporter would be."""
+    exporter = SpanLog()
+    add_trace_processor(exporter)
+    try:
+        yield exporter
+    finally:
+        remaining = agents_integration._registered_processors() or ()
+        set_trace_processors([p for p in remaining if p is not exporter])
+
+
+@contextmanager
+def tracing_off(how: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunConfig | None]:
+    """The three ways users switch the SDK's tracing off; yields the RunConfig to run with."""
+    if how == "set_tracing_disabled":
+        set_tracing_disabled(True)
+        try:
+            yield None
+        finally:
+            set_tracing_disabled(False)
+    elif how == "environment":
+        # The SDK reads the variable once per provider, on first use: a fresh provider reads it.
+        monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+        previous = get_trace_provider()
+        set_trace_provider(DefaultTraceProvider())
+        instrument_openai_agents()  # wraps the new provider and registers our processor with it
+        try:
+            yield None
+        finally:
+            set_trace_provider(previous)
+    else:
+        yield RunConfig(tracing_disabled=True)
+
+
+@pytest.mark.parametrize("how", ["set_tracing_disabled", "environment", "run_config"])
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_agents_are_named_with_sdk_tracing_off_and_nothing_is_exported(
+    how, streamed, client, openai_server, instrumented, agents_on, monkeypatch
+):
+    with tracing_off(how, monkeypatch) as run_config, exporter_in_place() as exporter:
+        openai_server.queue(*HANDOFF_TOOL_ANSWER)
+        episode = await run_episode(
+            triage_desk(client), "What is 2 + 3?", streamed=streamed, run_config=run_config
+        )
+    assert [c.agent_name for c in episode.calls] == ["triage", "writer", "writer"]
+    assert all(c.metadata[SPAN_ID_KEY] for c in episode.calls)
+    assert_matches_requests(episode.calls, openai_server.requests)
+    assert exporter.seen == []  # the SDK's processors, an exporter among them, saw nothing
+
+
+async def test_with_tracing_on_the_sdk_processors_still_see_every_span(
     client, openai_server, instrumented, agents_on
 ):
-    set_tracing_disabled(True)
-    try:
+    with exporter_in_place() as exporter:
         openai_server.queue(*HANDOFF_TOOL_ANSWER)
         episode = await run_episode(triage_desk(client), "What is 2 + 3?")
-    finally:
-        set_tracing_disabled(False)
-    assert [c.agent_name for c in episode.calls] == ["desk", "desk", "desk"]  # documented limitation
+    assert [c.agent_name for c in episode.calls] == ["triage", "writer", "writer"]
+    kinds = [type(item.span_data).__name__ for item in exporter.seen if hasattr(item, "span_data")]
+    assert kinds.count("GenerationSpanData") == 3 and kinds.count("AgentSpanData") == 2
+
+
+async def test_turning_the_integration_off_restores_the_sdk_trace_provider(instrumented):
+    provider = get_trace_provider()
+    instrument_openai_agents()
+    assert get_trace_provider() is not provider and get_trace_provider().inner is provider
+    uninstrument_openai_agents()
+    assert get_trace_provider() is provider
+
+
+async def test_a_model_call_outside_any_agent_span_is_recorded_and_warned_once(
+    client, openai_server, instrumented, agents_on
+):
+    model = OpenAIChatCompletionsModel(model="test-model", openai_client=client)
+    openai_server.queue(Reply("one"), Reply("two"))
+
+    @ls.trace_agent(name="direct")
+    async def direct(task: str) -> None:
+        with trace("no agent"):
+            for _ in range(2):
+                await model.get_response(
+                    None, task, ModelSettings(), [], None, [], ModelTracing.ENABLED, previous_response_id=None
+                )
+
+    agents_integration._processor.warned_unattributed = False
+    with ls.capture() as episodes, pytest.warns(RuntimeWarning, match="outside any agent span") as warned:
+        await direct("hi")
+    assert len([w for w in warned if "agent span" in str(w.message)]) == 1
+    assert [c.agent_name for c in episodes[0].calls] == ["direct", "direct"]

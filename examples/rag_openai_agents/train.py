@@ -49,15 +49,15 @@ def train(
     SmolLM2-135M-Instruct, or a Hugging Face folder or Hub id; `data_seed` seeds the encyclopedia and the
     questions; `overrides` go to the config.
     """
-    from agents import set_trace_processors
+    from agents import set_tracing_disabled
 
     from lightning_sdk.examples.rag_openai_agents.agent import rag_agent
     from lightning_sdk.examples.rag_openai_agents.data import build_tasks
     from lightning_sdk.examples.results import summarize_fit
     from lightning_sdk.training.trainer import Trainer
 
-    # No traces leave this machine: drop the SDK's exporter to OpenAI (the agent re-adds our processor).
-    set_trace_processors([])
+    # No traces leave this machine; agent names are kept with the SDK's tracing off.
+    set_tracing_disabled(True)
     config = make_config(steps, run_dir, **overrides)
     with tempfile.TemporaryDirectory(prefix="rag-corpus-") as corpus_dir:
         train_tasks, test_tasks = build_tasks(corpus_dir, seed=data_seed, test_size=test_size)
