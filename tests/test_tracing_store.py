@@ -170,3 +170,44 @@ def test_steps_after_a_checkpoint_can_be_discarded(tmp_path) -> None:
         assert store.discard_steps_after("run", 2) == 2
         left = sorted((e.run_id, e.metadata.get("step", 0)) for e in store.episodes())
         assert left == [("other run", 3), ("run", 0), ("run", 1), ("run", 2)]
+
+
+def fill(store: ls.EpisodeStore, padding: int = 4000) -> int:
+    """Append episodes until the store refuses one; returns how many were stored."""
+    stored = 0
+    with pytest.raises(ls.EpisodeStoreFull, match=r"size limit of 0\.25 MB; 1 episode\(s\) were not stored"):
+        while stored < 10_000:
+            store.add(make_episode(metadata={"padding": "x" * padding}))
+            stored += 1
+    return stored
+
+
+def test_a_store_with_a_size_limit_refuses_appends_past_it_and_keeps_what_it_has(tmp_path) -> None:
+    path = tmp_path / "limited.sqlite"
+    with ls.EpisodeStore(path, max_size_mb=0.25) as store:
+        stored = fill(store)
+        assert 20 < stored < 80 and store.count() == stored  # ~4 kB episodes in 256 kB
+        # A batch that does not fit is refused whole: a step's episodes are never stored in part.
+        with pytest.raises(ls.EpisodeStoreFull, match="3 episode"):
+            store.add_many([make_episode() for _ in range(3)])
+        assert store.count() == stored and store.episodes()[0].output == "out"
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    with ls.EpisodeStore(path) as unlimited:  # the limit belongs to the opener, not to the file
+        unlimited.add(make_episode())
+        assert unlimited.count() == stored + 1
+    with pytest.raises(ValueError, match="max_size_mb=0 must be positive"):
+        ls.EpisodeStore(path, max_size_mb=0)
+
+
+def test_a_configured_store_that_fills_up_warns_once_and_the_agent_goes_on(tmp_path, caplog) -> None:
+    store = ls.EpisodeStore(tmp_path / "small.sqlite", max_size_mb=0.25)
+    ls.configure(store=store)
+    agent = ls.trace_agent(name="a")(lambda task: task.upper())
+    with caplog.at_level(logging.WARNING, logger="lightning_sdk"):
+        for index in range(120):  # ~4 kB each: well past 256 kB
+            assert agent("x" * 4000 + str(index)).endswith(str(index))
+    warnings = [r for r in caplog.records if "reached its size limit" in r.getMessage()]
+    assert len(warnings) == 1 and "Later episodes are not stored" in warnings[0].getMessage()
+    assert 20 < store.count() < 120
+    ls.configure(store=None)

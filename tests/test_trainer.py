@@ -8,6 +8,7 @@ reward spread and every step trains (the tests check mechanics, not learning).
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,27 @@ def test_time_budget_ends_the_run_after_the_step_that_uses_it_up(engine: Any, tm
     assert [record["step"] for record in read_metrics(run_dir) if "reward_mean" in record] == [1]
     assert [path.name for path in (run_dir / "checkpoints").iterdir()] == ["step-00000001"]
     assert result.final_eval is not None and lora_b_norm(result.adapter_path) > 0
+
+
+def test_a_full_episode_store_and_overlong_samples_do_not_stop_training(
+    engine: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    # A store of 7 SQLite pages (its empty tables take 5) and a cap no sample fits under.
+    config = small_config(run_dir, episode_store_max_mb=0.03, max_sample_tokens=2, save_every=0)
+    with caplog.at_level(logging.WARNING, logger="lightning_sdk"):
+        ls.Trainer(config=config, engine=engine).fit(solver, TASKS)
+    warned = [record.getMessage() for record in caplog.records]
+    assert sum("longer than max_sample_tokens=2" in message for message in warned) == 1  # once per run
+    assert sum("reached its size limit" in message for message in warned) == 1
+
+    steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert [record["step"] for record in steps] == [1, 2]
+    for record in steps:
+        assert record["samples"] == 0 and record["samples_dropped_too_long"] > 0
+        assert record["episodes_not_stored"] in (0, 8)  # a step's episodes are stored whole or not at all
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        assert store.count() == sum(8 - record["episodes_not_stored"] for record in steps) < 16
 
 
 @ls.reward

@@ -58,6 +58,9 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
         ({"dr_grpo_length": 0}, "dr_grpo_length=0 must be a positive integer"),
         ({"keep_checkpoints": 0}, "resuming needs the newest checkpoint"),
         ({"dtype": "int8"}, "dtype='int8' is not one of"),
+        ({"max_sample_tokens": 1}, "max_sample_tokens=1 must be an integer >= 2"),
+        ({"max_sample_tokens": 512.0}, "max_sample_tokens=512.0 must be an integer >= 2"),
+        ({"episode_store_max_mb": 0}, "episode_store_max_mb=0 must be a positive number of megabytes"),
     ],
 )
 def test_bad_values_are_rejected_with_a_fix(kwargs, expected):

@@ -59,3 +59,34 @@ def test_a_step_from_episodes_to_samples():
     assert metrics["calls_untrained_empty_completion"] == 1
     assert metrics["calls_trained"] == 2 and metrics["samples"] == 2
     assert metrics["tokens_sampled"] == 12  # 6 calls with 2 completion tokens each, trained or not
+
+
+def long_call(t, prompt_length, completion_length=2):
+    return LLMCall(
+        started_at=t,
+        base_url=ENDPOINT,
+        prompt_token_ids=list(range(prompt_length)),
+        completion_token_ids=[7] * completion_length,
+        logprobs=[-1.0] * completion_length,
+    )
+
+
+@pytest.mark.parametrize("mode", ["transition", "trajectory"])
+def test_samples_longer_than_the_cap_are_left_out_and_counted(mode):
+    config = TrainerConfig(group_size=2, mode=mode, max_sample_tokens=64)
+    # A multi-turn episode whose second turn's prompt holds the first turn: in trajectory mode one chain.
+    first = long_call(1, 40)
+    second = long_call(2, 0)
+    second.prompt_token_ids = first.prompt_token_ids + first.completion_token_ids + list(range(100, 130))
+    groups = [[episode(1.0, [first, second]), episode(0.0, [long_call(3, 10)])]]
+    prepared = prepare_samples(groups, config, endpoint_base_url=ENDPOINT)
+    assert all(len(sample) <= 64 for sample in prepared.samples)
+    if mode == "transition":  # the second turn (72 + 2 tokens) is left out, the first and the short one train
+        assert [len(s) for s in prepared.samples] == [42, 12]
+    else:  # the whole chain (74 tokens) is one sample and is left out
+        assert [len(s) for s in prepared.samples] == [12]
+    assert prepared.metrics["samples_dropped_too_long"] == 1
+    assert prepared.metrics["samples"] == len(prepared.samples)
+
+    uncapped = prepare_samples(groups, TrainerConfig(group_size=2, mode=mode, max_sample_tokens=None), ENDPOINT)
+    assert uncapped.metrics["samples_dropped_too_long"] == 0 and max(len(s) for s in uncapped.samples) == 74

@@ -15,12 +15,13 @@ from lightning_sdk.tracing.context import (
 from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.openai_capture import instrument_openai, uninstrument_openai
-from lightning_sdk.tracing.store import EpisodeStore
+from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
 
 __all__ = [
     "ContextThreadPoolExecutor",
     "Episode",
     "EpisodeStore",
+    "EpisodeStoreFull",
     "LLMCall",
     "call_attributes",
     "capture",

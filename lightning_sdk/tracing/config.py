@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from lightning_sdk.tracing.context import add_finish_hook, remove_finish_hook
 from lightning_sdk.tracing.episode import Episode
-from lightning_sdk.tracing.errors import report_internal_error
+from lightning_sdk.tracing.errors import logger, report_internal_error
 from lightning_sdk.tracing.openai_capture import set_auto_instrument
-from lightning_sdk.tracing.store import EpisodeStore
+from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
 
 __all__ = ["Settings", "configure", "current_settings"]
 
@@ -69,11 +69,18 @@ def configure(
     return _settings
 
 
+_warned_full: set[EpisodeStore] = set()
+
+
 def _persist(episode: Episode) -> None:
     store = _settings.store
     if store is None:
         return
     try:
         store.add(episode)
+    except EpisodeStoreFull as full:  # the owner's limit, not our failure: say so once per store
+        if store not in _warned_full:
+            _warned_full.add(store)
+            logger.warning("lightning-sdk: %s Later episodes are not stored either.", full)
     except Exception:  # noqa: BLE001 - a full disk must not break the agent; logged (raised in tests)
         report_internal_error(f"storing episode {episode.id} in {store.path}")

@@ -3,6 +3,10 @@
 One row per top-level episode: a few indexed columns to filter on (run, name, start time) and the
 whole episode, sub-agents included, as JSON. The database runs in WAL mode, so a trainer or a
 notebook can read the file while an agent keeps appending to it.
+
+A store can be given a size limit (`max_size_mb`): SQLite itself enforces it (`max_page_count`), and an
+append that would pass it raises `EpisodeStoreFull` and writes nothing, so a long-running agent fills a
+disk only as far as its owner allowed.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Self
 
 from lightning_sdk.tracing.episode import Episode
 
-__all__ = ["EpisodeStore"]
+__all__ = ["EpisodeStore", "EpisodeStoreFull"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
@@ -37,6 +41,20 @@ CREATE INDEX IF NOT EXISTS episodes_by_time ON episodes (started_at);
 Time = float | dt.datetime
 
 
+class EpisodeStoreFull(RuntimeError):
+    """An append would take the store past its `max_size_mb`; nothing of that append was written."""
+
+    def __init__(self, path: Path, max_size_mb: float, episodes: int) -> None:
+        self.path = path
+        self.max_size_mb = max_size_mb
+        super().__init__(
+            f"The episode store {path} reached its size limit of {max_size_mb:g} MB; {episodes} episode(s) "
+            "were not stored. Export and delete old runs (EpisodeStore.export_jsonl), or open the store "
+            "with a larger max_size_mb (TrainerConfig.episode_store_max_mb for a training run; None means "
+            "no limit)."
+        )
+
+
 def _timestamp(value: Time) -> float:
     return value.timestamp() if isinstance(value, dt.datetime) else float(value)
 
@@ -50,11 +68,15 @@ class EpisodeStore:
         store.export_jsonl("episodes.jsonl", run_id="prod")
 
     Safe to share between threads (writes are serialised by a lock). Adding an episode whose id is
-    already stored replaces it.
+    already stored replaces it. With `max_size_mb`, an append that would grow the file past it raises
+    `EpisodeStoreFull` and stores nothing of that append (the episodes already stored stay readable).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], max_size_mb: float | None = None) -> None:
+        if max_size_mb is not None and not max_size_mb > 0:
+            raise ValueError(f"max_size_mb={max_size_mb!r} must be positive, or None for no limit.")
         self.path = Path(path)
+        self.max_size_mb = max_size_mb
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -62,6 +84,15 @@ class EpisodeStore:
         self._connection.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; fast appends
         self._connection.execute("PRAGMA busy_timeout=10000")  # wait for other processes' writes
         self._connection.executescript(_SCHEMA)
+        if max_size_mb is not None:
+            self._limit_size(max_size_mb)
+
+    def _limit_size(self, max_size_mb: float) -> None:
+        page_size = self._connection.execute("PRAGMA page_size").fetchone()[0]
+        pages = max(1, int(max_size_mb * 1024 * 1024) // page_size)
+        # SQLite keeps the larger of this and the current size: a store already past the limit stays
+        # readable and refuses further appends.
+        self._connection.execute(f"PRAGMA max_page_count = {pages}")
 
     def add(self, episode: Episode) -> None:
         """Append one finished episode."""
@@ -74,10 +105,20 @@ class EpisodeStore:
             self._connection.execute("BEGIN")
             try:
                 self._connection.executemany("INSERT OR REPLACE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            except sqlite3.OperationalError as error:
+                self._rollback()
+                if self.max_size_mb is not None and error.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                    raise EpisodeStoreFull(self.path, self.max_size_mb, len(rows)) from error
+                raise
             except BaseException:
-                self._connection.execute("ROLLBACK")
+                self._rollback()
                 raise
             self._connection.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        # SQLite has already rolled back after some errors (a full database among them).
+        if self._connection.in_transaction:
+            self._connection.execute("ROLLBACK")
 
     def discard_steps_after(self, run_id: str, step: int) -> int:
         """Delete the run's episodes of training steps after `step` (their `metadata["step"]`); returns how

@@ -91,6 +91,10 @@ class TrainerConfig:
     distribution the loss does not model; keep 1 unless you know you want it."""
     max_tokens: int = 256
     """Cap on the completion tokens of one LLM call during rollouts."""
+    max_sample_tokens: int | None = 8192
+    """Cap on the tokens of one training sequence (prompt and completion, or a whole trajectory in
+    `mode="trajectory"`), which bounds training memory however long an agent runs. Longer samples are
+    left out of the update, counted in `samples_dropped_too_long` and warned about; `None`: no cap."""
     max_concurrency: int = 32
     """Episodes running at the same time during a rollout."""
     episode_timeout_s: float = 300.0
@@ -157,6 +161,10 @@ class TrainerConfig:
     weight_sync: Literal["auto", "merged", "lora"] = "auto"
     """How new weights reach the engine: `"merged"` reloads merged weights in place (fast generation),
     `"lora"` loads the adapter (fast push, slow CPU kernels), `"auto"` picks the faster for the device."""
+    episode_store_max_mb: float | None = 10240.0
+    """Size limit of `run_dir/episodes.sqlite`, where every rollout's episode is kept for reports and
+    analysis. At the limit the run goes on training and stops storing episodes, with a warning and the
+    `episodes_not_stored` metric; `None` means no limit."""
     report_to: Sequence[Literal["tensorboard", "wandb"]] = ()
     """Extra metric backends beside `metrics.jsonl`: `"tensorboard"` and/or `"wandb"`."""
     wandb_project: str | None = None

@@ -54,6 +54,19 @@ def _check_int_fields(config: Any) -> str | None:
     return None
 
 
+def _check_limits(config: Any) -> str | None:
+    tokens = config.max_sample_tokens
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 2):
+        return (
+            f"max_sample_tokens={tokens!r} must be an integer >= 2 (a prompt token and a trained token), "
+            "or None for no cap."
+        )
+    size = config.episode_store_max_mb
+    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0):
+        return f"episode_store_max_mb={size!r} must be a positive number of megabytes, or None for no limit."
+    return None
+
+
 def _check_group_size(config: Any) -> str | None:
     if config.group_size < 2:
         return (
@@ -182,6 +195,7 @@ def _check_runners(config: Any) -> str | None:
 
 _CHECKS: list[Check] = [
     _check_int_fields,
+    _check_limits,
     _check_group_size,
     _at_least("batch_size", 1, "a step needs at least one task"),
     _at_least("max_steps", 1, "the run must train at least one step"),

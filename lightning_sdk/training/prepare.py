@@ -128,6 +128,7 @@ def prepare_samples(
         for value in episode
         if value is not None
     )
+    samples, metrics["samples_dropped_too_long"] = _within_cap(samples, config.max_sample_tokens)
     metrics["samples"] = len(samples)
     metrics["tokens_sampled"] = sum(
         len(call.completion_token_ids or [])
@@ -136,6 +137,14 @@ def prepare_samples(
         for call in episode.all_calls()
     )
     return PreparedBatch(samples=samples, metrics=metrics)
+
+
+def _within_cap(samples: list[Sample], max_tokens: int | None) -> tuple[list[Sample], int]:
+    """The samples of at most `max_tokens` tokens, and how many were longer."""
+    if max_tokens is None:
+        return samples, 0
+    kept = [sample for sample in samples if len(sample) <= max_tokens]
+    return kept, len(samples) - len(kept)
 
 
 def _std(values: list[float]) -> float:

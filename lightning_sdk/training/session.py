@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
-from lightning_sdk.tracing.store import EpisodeStore
+from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.distributed import Distributed
@@ -59,6 +59,9 @@ class TrainingSession:
     """The runner protocol's queue, when `config.runners` is set."""
     remote: RemoteRollouts | None = None
     """Rollouts on runners (set by `use_runners`); None: rollouts in this process."""
+    store_full: bool = False
+    warned_too_long: bool = False
+    """The episode store reached `config.episode_store_max_mb`; later steps' episodes are not stored."""
 
     @classmethod
     def start(
@@ -105,7 +108,7 @@ class TrainingSession:
         episodes = None
         if distributed.is_main:
             metrics = MetricsWriter(run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project)
-            episodes = EpisodeStore(run_dir / "episodes.sqlite")
+            episodes = EpisodeStore(run_dir / "episodes.sqlite", max_size_mb=config.episode_store_max_mb)
         return cls(config, run_dir, server, policy, optimizer, scheduler, engine.tokenizer, metrics, episodes,
                    sampling, distributed, owns_engine=owns_engine, queue=queue)  # fmt: skip
 
@@ -264,10 +267,21 @@ class TrainingSession:
 
         started = time.perf_counter()
         prepared = prepare_samples(groups, self.config, endpoint_base_url=self.endpoint.base_url)
+        self.warn_if_too_long(prepared.metrics["samples_dropped_too_long"])
         samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         stats = train_on_samples(self.policy_model, self.optimizer, self.scheduler, samples, self.config, pad)
         return {**prepared.metrics, **stats, "time_train_s": time.perf_counter() - started}
+
+    def warn_if_too_long(self, dropped: int) -> None:
+        if dropped and not self.warned_too_long:
+            self.warned_too_long = True
+            log.warning(
+                "%d training sample(s) are longer than max_sample_tokens=%d and were left out of the update "
+                "(the metric samples_dropped_too_long counts them each step). Raise max_sample_tokens if "
+                "memory allows, or shorten the agent's conversations (fewer turns, shorter tool output).",
+                dropped, self.config.max_sample_tokens,
+            )  # fmt: skip
 
     def push_weights(self, step: int) -> dict[str, float]:
         """Save the adapter and load it into the engine (merged or hot-loaded, per the engine's mode).
@@ -329,14 +343,25 @@ class TrainingSession:
         """Write a metrics record (rank 0) and return it."""
         return self.metrics.log(step, record) if self.metrics is not None else dict(record)
 
-    def keep_episodes(self, step: int, rollouts: list[Rollout]) -> None:
-        """Store the step's episodes in `run_dir/episodes.sqlite` for reports and later analysis."""
+    def keep_episodes(self, step: int, rollouts: list[Rollout]) -> dict[str, int]:
+        """Store the step's episodes in `run_dir/episodes.sqlite` for reports and later analysis.
+
+        Returns `{"episodes_not_stored": n}`: at the store's size limit the run keeps training and stops
+        storing (warned once)."""
         if self.episodes is None:
-            return
+            return {}
         for rollout in rollouts:
             rollout.episode.run_id = self.run_dir.name
             rollout.episode.metadata.update(step=step, task_index=rollout.task_index, sample=rollout.sample_index)
-        self.episodes.add_many(rollout.episode for rollout in rollouts)
+        if self.store_full:
+            return {"episodes_not_stored": len(rollouts)}
+        try:
+            self.episodes.add_many(rollout.episode for rollout in rollouts)
+        except EpisodeStoreFull as full:
+            self.store_full = True
+            log.warning("Step %d: %s Training goes on without storing episodes.", step, full)
+            return {"episodes_not_stored": len(rollouts)}
+        return {"episodes_not_stored": 0}
 
     def progress(self, start_step: int) -> Any:
         from lightning_sdk.training.metrics import ProgressBar

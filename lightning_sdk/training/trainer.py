@@ -191,7 +191,7 @@ class _Loop:
         stats.update(session.push_weights(step))
         stats["time_rollout_s"] = rollout_s
         stats["time_step_s"] = time.perf_counter() - started
-        session.keep_episodes(step, rollouts)
+        stats.update(session.keep_episodes(step, rollouts))
         return session.log(step, stats)
 
     def evaluate(self, step: int) -> dict[str, float] | None:
