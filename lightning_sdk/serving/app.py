@@ -1,7 +1,7 @@
 """The OpenAI-compatible FastAPI app over any `Engine`.
 
 Endpoints: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions` (all with a bearer key),
-and `GET /health` (no key). Every error is an OpenAI error object with a 4xx/5xx status; the app never
+and `GET /health` and `GET /openapi.json` (no key). Every error is an OpenAI error object with a 4xx/5xx status; the app never
 leaves a connection hanging when the engine fails.
 """
 
@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from lightning_sdk.engine.types import Engine, EngineError, PromptTooLongError, check_prompt_fits
 from lightning_sdk.serving.chat_template import render_chat, tool_choice_prefix
 from lightning_sdk.serving.errors import APIError, error_body
+from lightning_sdk.serving.openapi import openapi_document
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.responses import (
     ResponseMeta,
@@ -123,6 +124,12 @@ def create_app(
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": served, "weight_version": engine.weight_version}
+
+    @app.get("/openapi.json")
+    async def openapi() -> dict[str, Any]:
+        from lightning_sdk import __version__
+
+        return openapi_document("lightning-sdk", __version__, served)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

@@ -1,0 +1,199 @@
+"""Property-based fuzzing of the OpenAI-compatible HTTP surface, on the real vLLM engine over real HTTP.
+
+Schemathesis reads the server's own OpenAPI document (`GET /openapi.json`, built from the request
+models that validate bodies) and generates requests for every route: bodies that follow the schema
+(positive) and bodies that break it (negative: wrong types, missing fields, out-of-range values).
+Hypothesis adds what no schema describes: bodies that are not JSON objects, not JSON or not UTF-8,
+unknown paths and methods, missing or wrong keys. For every request the server must answer within the
+timeout with a 2xx, or a 4xx whose body is an OpenAI error object; never a 5xx. Afterwards it still
+serves, and a greedy request gives the same token ids as before the fuzz.
+
+Generation is deterministic so CI runs the same cases every time; set `LIGHTNING_SDK_FUZZ_SEED` to
+explore new ones (the property holds for any seed) and `LIGHTNING_SDK_FUZZ_EXAMPLES` for more of them.
+Explicit lengths are kept to at most 16 tokens and 4 choices, or past the context window: the values in
+between are valid and only cost generation time, which `default_max_tokens` bounds for requests that
+omit them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+
+pytestmark = pytest.mark.slow
+
+KEY = "fuzz-key"
+FUZZ_SEED = os.environ.get("LIGHTNING_SDK_FUZZ_SEED")
+EXAMPLES = int(os.environ.get("LIGHTNING_SDK_FUZZ_EXAMPLES", "150"))
+TIMEOUT_S = 60.0
+ERROR_FIELDS = {"message", "type", "param", "code"}
+tried: dict[str, int] = {}
+statuses: dict[int, int] = {}
+
+
+def fuzz_settings(examples: int = EXAMPLES) -> Any:
+    configured = settings(
+        max_examples=examples,
+        deadline=None,  # the engine's time is not the property; TIMEOUT_S catches a hang
+        derandomize=FUZZ_SEED is None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
+    return (lambda test: seed(int(FUZZ_SEED))(configured(test))) if FUZZ_SEED else configured
+
+
+@pytest.fixture(scope="module")
+def server(vllm_engine: Any) -> Iterator[Any]:
+    from lightning_sdk.serving import start_server
+
+    handle = start_server(vllm_engine, api_key=KEY, default_max_tokens=8)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture(scope="module")
+def http(server: Any) -> Iterator[httpx.Client]:
+    root = server.endpoint.base_url.removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=root, headers=headers, timeout=TIMEOUT_S) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def before_fuzz(http: httpx.Client) -> dict[str, Any]:
+    """A greedy answer taken before any fuzz case (the module's first test asks for it)."""
+    return greedy(http)
+
+
+def greedy(http: httpx.Client) -> dict[str, Any]:
+    body = {"model": "default", "messages": [{"role": "user", "content": "Name three colours."}],
+            "temperature": 0, "max_tokens": 12}  # fmt: skip
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def check_answer(response: Any, path: str) -> None:
+    """The property: 2xx, or 4xx with an OpenAI error object; never 5xx. `response` is httpx's or
+    Schemathesis's (both have `status_code`, `headers` and `text`)."""
+    tried[path] = tried.get(path, 0) + 1
+    statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+    content_type = response.headers.get("content-type", "")
+    content_type = content_type[0] if isinstance(content_type, list) else content_type
+    assert response.status_code < 500, f"{response.status_code} on {path}: {response.text[:500]}"
+    if response.status_code >= 400:
+        error = json.loads(response.text)["error"]
+        assert set(error) == ERROR_FIELDS and isinstance(error["message"], str) and error["message"]
+        assert isinstance(error["type"], str)
+        return
+    if content_type.startswith("text/event-stream"):
+        lines = response.text.splitlines()
+        events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+        assert events and events[-1] == "[DONE]", response.text[-300:]
+        for event in events[:-1]:
+            json.loads(event)  # every event is JSON: a chunk, or an error object if the engine failed
+    elif path.startswith("POST /v1/"):  # a completion: choices with the sampled token ids
+        answer = json.loads(response.text)
+        assert answer["choices"] and all(isinstance(c["token_ids"], list) for c in answer["choices"])
+    else:
+        assert isinstance(json.loads(response.text), dict)
+
+
+def test_the_server_describes_its_routes(http: httpx.Client, before_fuzz: dict[str, Any]) -> None:
+    document = httpx.get(str(http.base_url) + "/openapi.json").json()  # no key needed, like /health
+    assert document["openapi"].startswith("3.1")
+    assert set(document["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"}
+    chat = document["components"]["schemas"]["ChatRequest"]
+    assert chat["required"] == ["model", "messages"] and chat["additionalProperties"] is True
+    assert before_fuzz["choices"][0]["token_ids"]
+
+
+# --- schema-driven cases (Schemathesis) ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def api_cases(server: Any) -> Any:
+    """Requests Schemathesis generates from the server's own OpenAPI document, loaded over HTTP: half
+    follow the schema, half break it."""
+    schema = schemathesis.openapi.from_url(server.endpoint.base_url.removesuffix("/v1") + "/openapi.json")
+    cases = schema.as_strategy(GenerationMode.POSITIVE) | schema.as_strategy(GenerationMode.NEGATIVE)
+    # Most generated model names are unknown (a quick 404): name the served alias in most cases so that
+    # requests reach the engine.
+    return cases.flatmap(
+        lambda case: st.sampled_from(["default", "default", "default", None]).map(
+            lambda model: served_and_bounded(case, model)
+        )
+    )
+
+
+def served_and_bounded(case: Any, model: str | None) -> Any:
+    """The case with `model` (None keeps the generated one) and cheap lengths: at most 16 tokens and 4
+    choices, or past the context window (see the module doc)."""
+    body = case.body
+    if not isinstance(body, dict):
+        return case
+    body = dict(body)
+    if model is not None:
+        body["model"] = model
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and 16 < value <= 2048:
+            body[name] = value % 17
+    if isinstance(body.get("n"), int) and not isinstance(body["n"], bool) and body["n"] > 4:
+        body["n"] = body["n"] % 5
+    case.body = body
+    return case
+
+
+def test_every_generated_request_gets_a_2xx_or_an_openai_4xx(api_cases: Any, server: Any) -> None:
+    root = server.endpoint.base_url.removesuffix("/v1")
+
+    @fuzz_settings(examples=3 * EXAMPLES)
+    @given(case=api_cases)
+    def fuzz(case: Any) -> None:
+        # Schemathesis serialises the body (a negative case may not be JSON at all).
+        response = case.call(base_url=root, headers={"Authorization": f"Bearer {KEY}"}, timeout=TIMEOUT_S)
+        check_answer(response, f"{case.method} {case.path}")
+
+    fuzz()
+
+
+# --- raw requests (Hypothesis) ------------------------------------------------------------------------
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@fuzz_settings()
+@given(
+    path=st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/v1/nope",
+                          "/v1/chat/completions/x", "/", "/openapi.json"]),
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
+    raw=st.binary(max_size=64) | json_values.map(lambda value: json.dumps(value).encode()),
+    authorization=st.sampled_from([f"Bearer {KEY}", "Bearer wrong", "Bearer", "Basic Zm9vOmJhcg=="]),
+)  # fmt: skip
+def test_raw_bodies_methods_paths_and_keys_get_an_openai_answer(
+    http: httpx.Client, path: str, method: str, raw: bytes, authorization: str
+) -> None:
+    headers = {"Authorization": authorization}
+    check_answer(http.request(method, path, content=raw, headers=headers), f"{method} (raw)")
+
+
+def test_after_the_fuzz_the_server_serves_the_same_tokens(http: httpx.Client, before_fuzz: dict) -> None:
+    assert http.get("/health").json()["status"] == "ok"
+    after = greedy(http)
+    assert after["choices"][0]["token_ids"] == before_fuzz["choices"][0]["token_ids"]
+    assert after["prompt_token_ids"] == before_fuzz["prompt_token_ids"]
+    total = sum(tried.values())
+    seen = f"{dict(sorted(tried.items()))}; statuses {dict(sorted(statuses.items()))}"
+    print(f"\nfuzzed {total} requests: {seen}")
+    assert total >= EXAMPLES
