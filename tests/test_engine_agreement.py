@@ -42,6 +42,29 @@ def test_greedy_outputs_agree(vllm_engine, transformers_engine, chat_prompt_ids)
     assert fully_equal >= len(QUESTIONS) // 2
 
 
+def test_penalties_change_greedy_output_the_same_way_in_both_engines(
+    vllm_engine, transformers_engine, chat_prompt_ids
+) -> None:
+    # A repetitive request: without penalties the greedy answer repeats tokens; a frequency penalty makes
+    # every repeat cost more, so the answer changes, and both engines apply it the same way (vLLM's order:
+    # penalties, then temperature, then top_p; counted over the completion's own tokens).
+    prompt = chat_prompt_ids([{"role": "user", "content": "Repeat the word 'apple' twenty times."}])
+    plain = SamplingParams(temperature=0, max_tokens=24, top_logprobs=2)
+    penalised = SamplingParams(temperature=0, max_tokens=24, top_logprobs=2, frequency_penalty=1.5,
+                               presence_penalty=0.5)  # fmt: skip
+    (vllm_plain,) = vllm_engine.generate([prompt], plain)
+    (vllm_penalised,) = vllm_engine.generate([prompt], penalised)
+    (ours,) = transformers_engine.generate([prompt], penalised)
+    a, b = vllm_penalised.completions[0], ours.completions[0]
+    assert a.token_ids != vllm_plain.completions[0].token_ids
+    assert len(set(a.token_ids)) > len(set(vllm_plain.completions[0].token_ids))  # fewer repeats
+    diverge = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
+    if diverge is not None:  # only at a near tie (bf16 against fp32, see the greedy test)
+        ranked = sorted(b.top_logprobs[diverge].values(), reverse=True)
+        assert ranked[0] - ranked[1] < 0.2, f"divergence at {diverge} without a near tie: {ranked}"
+    assert diverge is None or diverge >= 4
+
+
 def test_transformers_engine_samples_n_with_stop(transformers_engine, chat_prompt_ids) -> None:
     params = SamplingParams(temperature=1.0, max_tokens=16, n=3, seed=1, stop=("\n",), top_logprobs=2)
     [result] = transformers_engine.generate([chat_prompt_ids([{"role": "user", "content": "Hi"}])], params)

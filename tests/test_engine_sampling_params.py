@@ -18,6 +18,8 @@ from lightning_sdk.engine.types import check_prompt_fits
         ("n", 17, "between 1 and 16"),
         ("stop", ("",), "non-empty"),
         ("top_logprobs", 21, "between 0 and 20"),
+        ("presence_penalty", 2.5, "between -2 and 2"),
+        ("frequency_penalty", float("nan"), "between -2 and 2"),
         # torch generators overflow past 64 bits; caught here, not as a failed engine step
         ("seed", 2**64, "fits in 64 bits"),
         ("seed", -(2**63) - 1, "fits in 64 bits"),

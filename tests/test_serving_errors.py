@@ -37,7 +37,8 @@ BAD_CHAT_REQUESTS = [
     ({"seed": 2**64}, 400, "seed"),  # would overflow the engine's generator
     ({"max_completion_tokens": 0}, 400, "max_tokens"),
     ({"model": "gpt-4o"}, 404, "model_not_found"),
-    ({"presence_penalty": 1.0}, 400, "presence_penalty"),
+    ({"presence_penalty": 2.5}, 400, "presence_penalty"),
+    ({"frequency_penalty": -3}, 400, "frequency_penalty"),
     ({"response_format": {"type": "json_object"}}, 400, "response_format"),
 ]
 

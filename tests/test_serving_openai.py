@@ -243,6 +243,9 @@ def test_serve_runs_a_model_with_an_adapter(lora_adapter_dir) -> None:
     assert not server.engine._thread.is_alive()  # stop() shut the engine down too
 
 
+REPEAT = [{"role": "user", "content": "Repeat the word 'apple' twenty times."}]
+
+
 def test_sampling_policy_overrides_requests(vllm_engine) -> None:
     from lightning_sdk.serving import SamplingPolicy, start_server
 
@@ -263,6 +266,18 @@ def test_sampling_policy_overrides_requests(vllm_engine) -> None:
             model="anything", messages=QUESTION, max_tokens=9, temperature=0
         )
         assert len(reply.choices[0].token_ids) == 9 or reply.choices[0].finish_reason == "stop"
+
+        # Penalties are honoured when serving, and dropped while the trainer samples (no_penalties).
+        def greedy(**penalties: float) -> list[int]:
+            reply = client.chat.completions.create(
+                model="anything", messages=REPEAT, max_tokens=16, temperature=0, **penalties
+            )
+            return reply.choices[0].token_ids
+
+        plain = greedy()
+        assert greedy(frequency_penalty=1.5, presence_penalty=0.5) != plain
+        policy.set(no_penalties=True)
+        assert greedy(frequency_penalty=1.5, presence_penalty=0.5) == plain
 
 
 def test_adapter_update_reaches_http_clients_with_its_version(served_endpoint, lora_adapter_dir) -> None:

@@ -37,15 +37,18 @@ class Row:
 
 
 def sample_token(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator, generated: Sequence[int] = ()
 ) -> tuple[int, float, dict[int, float] | None]:
     """Pick the next token from one row of logits; return it, its logprob and the top alternatives.
 
-    The logprob is taken from the distribution the token was drawn from (after temperature and top_p),
-    which is what vLLM reports with `logprobs_mode="processed_logprobs"`; greedy decoding reports the raw
-    log-softmax.
+    The logprob is taken from the distribution the token was drawn from (after penalties, temperature
+    and top_p, in vLLM's order), which is what vLLM reports with `logprobs_mode="processed_logprobs"`;
+    greedy decoding reports the log-softmax of the penalised logits. `generated` holds the completion's
+    tokens so far, which the presence and frequency penalties count.
     """
     logits = logits.float()
+    if params.penalised and generated:
+        logits = _penalise(logits, params, generated)
     if params.greedy:
         logprobs = torch.log_softmax(logits, dim=-1)
         token = int(torch.argmax(logits))
@@ -58,6 +61,12 @@ def sample_token(
         top = {int(i): float(v) for i, v in zip(ids, values)}
         top[token] = float(logprobs[token])
     return token, float(logprobs[token]), top
+
+
+def _penalise(logits: torch.Tensor, params: SamplingParams, generated: Sequence[int]) -> torch.Tensor:
+    counts = torch.bincount(torch.tensor(list(generated)), minlength=logits.shape[-1])[: logits.shape[-1]]
+    counts = counts.to(logits.device, logits.dtype)
+    return logits - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).to(logits.dtype)
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -108,7 +117,7 @@ def decode_batch(model: Any, tokenizer: Any, rows: Sequence[Row], eos_ids: set[i
 
 
 def _advance(row: Row, logits: torch.Tensor, tokenizer: Any, eos_ids: set[int]) -> None:
-    token, logprob, top = sample_token(logits, row.params, row.generator)
+    token, logprob, top = sample_token(logits, row.params, row.generator, row.token_ids)
     row.token_ids.append(token)
     decoded = tokenizer.decode(row.token_ids, skip_special_tokens=True)
     if not decoded.endswith(REPLACEMENT_CHARACTER):  # else this token left a character unfinished

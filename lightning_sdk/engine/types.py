@@ -84,6 +84,11 @@ class SamplingParams:
     """Per-request seed for reproducible sampling."""
     top_logprobs: int = 0
     """Alternatives to return per token, besides the sampled token's logprob (always returned)."""
+    presence_penalty: float = 0.0
+    """Subtracted from the logit of every token already generated in this completion (OpenAI's range
+    -2 to 2; positive values push toward new tokens)."""
+    frequency_penalty: float = 0.0
+    """Subtracted from a token's logit once per time it was already generated in this completion."""
     max_n: int = field(default=16, repr=False, compare=False)
     """Upper bound for `n` (a server setting, not a request field)."""
 
@@ -120,6 +125,9 @@ class SamplingParams:
             self.seed,
             "null or an integer that fits in 64 bits (between -2**63 and 2**63 - 1)",
         )
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(_is_number(value) and -2.0 <= value <= 2.0, name, value, "a number between -2 and 2")
         _check(
             isinstance(self.top_logprobs, int) and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
             "top_logprobs",
@@ -131,6 +139,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         """True when decoding is greedy (temperature 0, or below `GREEDY_BELOW_TEMPERATURE`)."""
         return self.temperature < GREEDY_BELOW_TEMPERATURE
+
+    @property
+    def penalised(self) -> bool:
+        """True when a presence or frequency penalty changes the logits."""
+        return bool(self.presence_penalty or self.frequency_penalty)
 
     @property
     def distinct_samples(self) -> int:

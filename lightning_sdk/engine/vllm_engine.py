@@ -166,6 +166,8 @@ class VLLMEngine(EngineBase):
             max_tokens=params.max_tokens,
             stop=list(params.stop) or None,
             seed=params.seed,
+            presence_penalty=params.presence_penalty,
+            frequency_penalty=params.frequency_penalty,
             logprobs=params.top_logprobs,  # 0 still returns the sampled token's logprob
             # Streams get every step's new tokens; other requests only their final output, which spares
             # vLLM's output processing and our thread hand-over one object per token.

@@ -25,6 +25,9 @@ class SamplingPolicy:
     """Forced nucleus sampling threshold."""
     max_tokens: int | None = None
     """Upper bound on `max_tokens` (a request asking for fewer keeps its value)."""
+    no_penalties: bool = False
+    """Drop requests' presence and frequency penalties: the trainer's loss models plain temperature
+    sampling, so its rollouts must come from that distribution."""
     accept_any_model: bool = False
     """Serve requests whatever model name they ask for (agents with a hard-coded model name)."""
 
@@ -37,10 +40,18 @@ class SamplingPolicy:
             changes["top_p"] = self.top_p
         if self.max_tokens is not None and params.max_tokens > self.max_tokens:
             changes["max_tokens"] = self.max_tokens
+        if self.no_penalties and params.penalised:
+            changes.update(presence_penalty=0.0, frequency_penalty=0.0)
         return dataclasses.replace(params, **changes) if changes else params
 
     def set(
-        self, *, temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None
+        self,
+        *,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        no_penalties: bool = False,
     ) -> None:
         """Replace the sampling overrides (fields not given are cleared)."""
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+        self.no_penalties = no_penalties

@@ -75,9 +75,6 @@ def parse_request(cls: type[_Request], body: Any) -> Any:
 
 
 def _reject_unsupported(request: _Request) -> None:
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(request, name) not in (None, 0, 0.0):
-            raise APIError.bad_request(f"{name} is not supported by this server; leave it unset.", param=name)
     if isinstance(request, ChatRequest):
         fmt = (request.response_format or {}).get("type", "text")
         if fmt != "text":
@@ -109,6 +106,8 @@ def sampling_params(
             stop=tuple(stop),
             seed=request.seed,
             top_logprobs=top_logprobs,
+            presence_penalty=request.presence_penalty or 0.0,
+            frequency_penalty=request.frequency_penalty or 0.0,
             max_n=max_n,
         )
     except ValueError as error:

@@ -216,7 +216,8 @@ class TrainingSession:
     def rollout_phase(self) -> Iterator[None]:
         """Engine awake, sampling at the training temperature, default openai clients pointed at it."""
         config = self.config
-        self.sampling.set(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens)
+        self.sampling.set(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens,
+                          no_penalties=True)  # fmt: skip
         with self._awake(), _environment(self.endpoint.env):
             yield
 
@@ -226,7 +227,7 @@ class TrainingSession:
         config = self.config
         temperature = 0.0 if config.eval_greedy else config.temperature
         self.sampling.set(temperature=temperature, top_p=1.0 if config.eval_greedy else config.top_p,
-                          max_tokens=config.max_tokens)  # fmt: skip
+                          max_tokens=config.max_tokens, no_penalties=True)  # fmt: skip
         with self._awake(), _environment(self.endpoint.env):
             yield
 
