@@ -45,6 +45,19 @@ def test_trajectory_mode_merges_extending_calls_and_masks_unsampled_tokens():
     assert alone.input_ids == [1, 2, 3, 7, 8] and alone.loss_mask == [1]
 
 
+@pytest.mark.parametrize("mode", ["transition", "trajectory"])
+def test_tokens_a_grammar_forced_are_not_trained(mode):
+    # A structured-output call: '{' and '"' forced by the JSON grammar (logprob 0), the rest chosen.
+    constrained = call([1, 2], [3, 4, 5, 6], [0.0, -0.0, -0.7, -1e-9])
+    constrained.sampling = {"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}
+    free = call([1, 2], [3, 4], [0.0, -0.5])  # an unconstrained call's confident token is still trained
+    (structured,) = build_samples([constrained], [1.0], "e", mode=mode)
+    assert structured.loss_mask == [0, 0, 1, 0]
+    assert structured.sampling_logprobs == [0.0, -0.0, -0.7, -1e-9]
+    (plain,) = build_samples([free], [1.0], "e", mode=mode)
+    assert plain.loss_mask == [1, 1]
+
+
 def test_untrained_calls_stay_in_a_trajectory_as_context():
     first = call([1], [2, 3])
     second = call([1, 2, 3, 4], [5])

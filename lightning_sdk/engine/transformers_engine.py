@@ -74,6 +74,7 @@ class TransformersEngine(EngineBase):
         self.max_model_len: int = max_model_len or min(getattr(config, "max_position_embeddings", 4096), 4096)
         self.max_batch_size = max_batch_size
         self.max_n = max_n
+        self.structured_outputs = False  # no grammar-constrained decoding here; vLLM has it
         self._eos_ids = _eos_ids(self._model, self._tokenizer)
         self._pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else 0
         self._seeds = torch.Generator().manual_seed(seed)
@@ -90,6 +91,11 @@ class TransformersEngine(EngineBase):
         check_prompt_fits(len(prompt_token_ids), params.max_tokens, self.max_model_len)
         if params.n > self.max_n:
             raise ValueError(f"n={params.n} is above this engine's max_n={self.max_n}.")
+        if params.structured:
+            raise ValueError(
+                "Structured outputs (a JSON schema or JSON object response format) need the vLLM engine, "
+                "which constrains decoding; the transformers engine cannot. Serve with engine='vllm'."
+            )
         stream = RequestStream(asynchronous, copies=params.n // params.distinct_samples)
         self._post(("generate", list(prompt_token_ids), params, stream))
         return stream, self._version

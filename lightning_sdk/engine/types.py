@@ -89,6 +89,10 @@ class SamplingParams:
     -2 to 2; positive values push toward new tokens)."""
     frequency_penalty: float = 0.0
     """Subtracted from a token's logit once per time it was already generated in this completion."""
+    json_schema: Mapping[str, Any] | None = None
+    """Constrain the completion to JSON that validates against this schema (structured outputs)."""
+    json_object: bool = False
+    """Constrain the completion to a JSON object (any object)."""
     max_n: int = field(default=16, repr=False, compare=False)
     """Upper bound for `n` (a server setting, not a request field)."""
 
@@ -125,6 +129,12 @@ class SamplingParams:
             self.seed,
             "null or an integer that fits in 64 bits (between -2**63 and 2**63 - 1)",
         )
+        _check(
+            self.json_schema is None or (isinstance(self.json_schema, Mapping) and not self.json_object),
+            "json_schema",
+            self.json_schema,
+            "a JSON schema object, and not together with json_object",
+        )
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             _check(_is_number(value) and -2.0 <= value <= 2.0, name, value, "a number between -2 and 2")
@@ -139,6 +149,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         """True when decoding is greedy (temperature 0, or below `GREEDY_BELOW_TEMPERATURE`)."""
         return self.temperature < GREEDY_BELOW_TEMPERATURE
+
+    @property
+    def structured(self) -> bool:
+        """True when decoding is constrained to JSON (`json_schema` or `json_object`)."""
+        return self.json_schema is not None or self.json_object
 
     @property
     def penalised(self) -> bool:
@@ -240,6 +255,8 @@ class Engine(Protocol):
     """How `load_adapter` reaches the model: `"lora"` hot-load or `"merge"` push."""
     max_n: int
     """Largest `n` (completions per prompt) a request may ask for."""
+    structured_outputs: bool
+    """Whether the engine can constrain decoding to JSON (`SamplingParams.json_schema`/`json_object`)."""
 
     @property
     def tokenizer(self) -> Any:

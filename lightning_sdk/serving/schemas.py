@@ -14,7 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lightning_sdk.engine.types import MAX_TOP_LOGPROBS, SamplingParams
 from lightning_sdk.serving.errors import APIError
 
-__all__ = ["ChatRequest", "CompletionRequest", "parse_request", "requested_top_logprobs", "sampling_params"]
+__all__ = [
+    "ChatRequest",
+    "CompletionRequest",
+    "parse_request",
+    "requested_top_logprobs",
+    "response_constraint",
+    "sampling_params",
+]
 
 
 class _Request(BaseModel):
@@ -76,11 +83,7 @@ def parse_request(cls: type[_Request], body: Any) -> Any:
 
 def _reject_unsupported(request: _Request) -> None:
     if isinstance(request, ChatRequest):
-        fmt = (request.response_format or {}).get("type", "text")
-        if fmt != "text":
-            raise APIError.bad_request(
-                f"response_format type {fmt!r} is not supported; only 'text'.", param="response_format"
-            )
+        response_constraint(request.response_format)  # raises on a format this server cannot honour
         if request.top_logprobs and not request.logprobs:
             raise APIError.bad_request("top_logprobs requires logprobs=true.", param="top_logprobs")
     if isinstance(request, CompletionRequest):
@@ -92,11 +95,37 @@ def _reject_unsupported(request: _Request) -> None:
             raise APIError.bad_request("best_of is not supported; use n.", param="best_of")
 
 
+def response_constraint(response_format: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bool]:
+    """`(json_schema, json_object)` for a chat `response_format`: `text` (or none) constrains nothing,
+    `json_object` asks for any JSON object, `json_schema` for JSON valid against `json_schema.schema`."""
+    fmt = (response_format or {}).get("type", "text")
+    if fmt == "text":
+        return None, False
+    if fmt == "json_object":
+        return None, True
+    if fmt == "json_schema":
+        spec = response_format.get("json_schema") if response_format else None
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise APIError.bad_request(
+                "response_format type 'json_schema' needs json_schema.schema, a JSON schema object.",
+                param="response_format.json_schema.schema",
+            )
+        return schema, False
+    raise APIError.bad_request(
+        f"response_format type {fmt!r} is not supported; use 'text', 'json_object' or 'json_schema'.",
+        param="response_format",
+    )
+
+
 def sampling_params(
     request: ChatRequest | CompletionRequest, max_tokens: int, top_logprobs: int, max_n: int
 ) -> SamplingParams:
     """The engine's sampling parameters for a request; bad values become a 400 naming the field."""
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    json_schema, json_object = (
+        response_constraint(request.response_format) if isinstance(request, ChatRequest) else (None, False)
+    )
     try:
         return SamplingParams(
             max_tokens=max_tokens,
@@ -108,6 +137,8 @@ def sampling_params(
             top_logprobs=top_logprobs,
             presence_penalty=request.presence_penalty or 0.0,
             frequency_penalty=request.frequency_penalty or 0.0,
+            json_schema=json_schema,
+            json_object=json_object,
             max_n=max_n,
         )
     except ValueError as error:

@@ -12,6 +12,12 @@ Pure Python over `LLMCall` token ids (the engine's own ids: model output is neve
   because the template re-rendered the model's answer differently, starts a new chain: nothing is
   ever trained on tokens the engine did not sample. Untrained calls (credit `None`) still join a chain
   as context, with their completion masked out.
+
+**Structured outputs**: a call made with a JSON `response_format` was sampled from the grammar-constrained
+distribution, and its recorded logprobs are those of that distribution. A token the grammar forced (the
+only one allowed, logprob 0) is not the policy's choice: under the constrained policy it has probability
+1 whatever the weights, so it carries no gradient, and it is masked out of the loss. Tokens the grammar
+only narrowed are trained, with the importance ratio against the constrained logprob.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass, field
 
 from lightning_sdk.tracing.episode import LLMCall
 
-__all__ = ["Sample", "build_samples", "chain_calls"]
+__all__ = ["FORCED_LOGPROB", "Sample", "build_samples", "chain_calls", "is_constrained"]
 
 
 @dataclass
@@ -86,6 +92,25 @@ def _sampled_logprobs(call: LLMCall) -> list[float | None]:
     return [value if value is not None and math.isfinite(value) else None for value in logprobs]
 
 
+FORCED_LOGPROB = -1e-6
+"""A constrained call's token whose sampling logprob is above this was forced by the grammar."""
+
+
+def is_constrained(call: LLMCall) -> bool:
+    """Whether the call asked for structured output (a JSON `response_format`)."""
+    response_format = call.sampling.get("response_format")
+    return isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema")
+
+
+def _trained_mask(call: LLMCall) -> list[int]:
+    """1 for each completion token the loss trains; 0 for tokens a grammar forced (module doc)."""
+    count = len(call.completion_token_ids or [])
+    logprobs = call.logprobs
+    if not is_constrained(call) or logprobs is None or len(logprobs) != count:
+        return [1] * count
+    return [0 if value is not None and value > FORCED_LOGPROB else 1 for value in logprobs]
+
+
 def _full_ids(call: LLMCall) -> list[int]:
     return list(call.prompt_token_ids or []) + list(call.completion_token_ids or [])
 
@@ -120,7 +145,7 @@ def _transition_sample(
     return Sample(
         prompt_ids=list(call.prompt_token_ids or []),
         completion_ids=completion,
-        loss_mask=[1] * len(completion),
+        loss_mask=_trained_mask(call),
         sampling_logprobs=_sampled_logprobs(call),
         advantages=[advantage] * len(completion),
         episode_id=episode_id,
@@ -160,7 +185,7 @@ def _trajectory_sample(
         completion = list(call.completion_token_ids or [])
         trained = advantage is not None
         sample.completion_ids += completion
-        sample.loss_mask += [int(trained)] * len(completion)
+        sample.loss_mask += _trained_mask(call) if trained else [0] * len(completion)
         sample.sampling_logprobs += _sampled_logprobs(call) if trained else [None] * len(completion)
         sample.advantages += [advantage if trained else 0.0] * len(completion)
         seen = len(sample.prompt_ids) + len(sample.completion_ids)

@@ -1,0 +1,111 @@
+"""Structured outputs: `response_format` json_schema / json_object on the real vLLM engine, through the real
+openai client (`chat.completions.parse` with a pydantic model), recorded with the constrained token ids."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+import lightning_sdk as ls
+from lightning_sdk.training.samples import build_samples
+
+pytestmark = pytest.mark.slow
+
+ASK = [{"role": "user", "content": "Invent a person. Answer as JSON with a name and an age."}]
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=24)  # bounded, so that a sampled answer fits in max_tokens
+    age: int
+
+
+def test_parse_with_a_pydantic_model_gets_valid_json_and_is_recorded(served_endpoint) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client()
+
+    @ls.trace_agent(name="profiler")
+    def profiler(seed: int) -> Person | None:
+        try:
+            reply = client.chat.completions.parse(model=endpoint.model, messages=ASK, response_format=Person,
+                                                  max_tokens=120, temperature=1.0, seed=seed)  # fmt: skip
+        except openai.LengthFinishReasonError:
+            return None  # the grammar allows long answers (digits, whitespace); this one ran out of tokens
+        return reply.choices[0].message.parsed
+
+    with ls.capture() as episodes:
+        people = [profiler(seed) for seed in range(4)]  # sampled, with fixed request seeds
+    assert sum(isinstance(person, Person) for person in people) >= 2
+    for episode in episodes:
+        (call,) = episode.calls
+        assert call.sampling["response_format"]["type"] == "json_schema"
+        if call.finish_reason == "stop":  # a finished answer is always valid JSON for the schema
+            assert Person.model_validate_json(call.text)
+        assert call.completion_token_ids and len(call.logprobs) == len(call.completion_token_ids)
+        # Tokens the grammar forced (logprob 0) are recorded as sampled, and left out of training.
+        (sample,) = build_samples([call], [1.0], episode.id)
+        forced = [value > -1e-6 for value in call.logprobs]
+        assert any(forced) and sample.loss_mask == [0 if f else 1 for f in forced]
+
+
+def test_json_object_and_streamed_json_schema(served_endpoint) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client()
+    reply = client.chat.completions.create(
+        model=endpoint.model, messages=ASK, response_format={"type": "json_object"}, max_tokens=80, temperature=0
+    )
+    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+
+    schema = {"type": "object", "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
+              "required": ["colour"], "additionalProperties": False}  # fmt: skip
+    stream = client.chat.completions.create(
+        model=endpoint.model,
+        messages=[{"role": "user", "content": "Pick a colour."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "pick", "schema": schema, "strict": True}},
+        max_tokens=60,
+        temperature=1.0,
+        seed=0,
+        stream=True,
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert json.loads(text)["colour"] in {"red", "green", "blue"}
+
+
+@pytest.mark.parametrize(
+    ("response_format", "mentions"),
+    [
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "json_schema.schema"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}, "Grammar"),
+        ({"type": "grammar"}, "not supported"),
+    ],
+)
+def test_bad_response_formats_get_a_400_and_the_server_goes_on(served_endpoint, response_format, mentions) -> None:
+    endpoint = served_endpoint.endpoint
+    response = httpx.post(
+        f"{endpoint.base_url}/chat/completions",
+        json={"model": endpoint.model, "messages": ASK, "max_tokens": 8, "response_format": response_format},
+        headers={"Authorization": f"Bearer {endpoint.api_key}"},
+        timeout=60,
+    )
+    assert response.status_code == 400, response.text
+    assert mentions in response.json()["error"]["message"] + (response.json()["error"]["param"] or "")
+    again = endpoint.openai_client().chat.completions.create(model=endpoint.model, messages=ASK, max_tokens=2)
+    assert again.choices[0].token_ids
+
+
+def test_the_transformers_engine_refuses_structured_outputs_clearly(transformers_engine) -> None:
+    from lightning_sdk.serving import start_server
+
+    with start_server(transformers_engine) as server:
+        endpoint = server.endpoint
+        response = httpx.post(
+            f"{endpoint.base_url}/chat/completions",
+            json={"model": endpoint.model, "messages": ASK, "response_format": {"type": "json_object"}},
+            headers={"Authorization": f"Bearer {endpoint.api_key}"},
+            timeout=60,
+        )
+    assert response.status_code == 400
+    assert "need the vLLM engine" in response.json()["error"]["message"]
