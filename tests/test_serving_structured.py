@@ -109,3 +109,31 @@ def test_the_transformers_engine_refuses_structured_outputs_clearly(transformers
         )
     assert response.status_code == 400
     assert "need the vLLM engine" in response.json()["error"]["message"]
+
+
+async def test_an_agents_sdk_agent_with_an_output_type_gets_its_type_and_is_recorded(served_endpoint) -> None:
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+
+    from lightning_sdk.integrations.openai_agents import instrument_openai_agents, uninstrument_openai_agents
+
+    endpoint = served_endpoint.endpoint
+    model = OpenAIChatCompletionsModel(model=endpoint.model, openai_client=endpoint.async_openai_client())
+    profiler = Agent(name="profiler", instructions="You invent people.", model=model, output_type=Person,
+                     model_settings=ModelSettings(max_tokens=120, temperature=0))  # fmt: skip
+
+    @ls.trace_agent(name="desk")
+    async def desk(task: str) -> Person:
+        return (await Runner.run(profiler, task)).final_output
+
+    set_tracing_disabled(True)  # nothing leaves the machine; agent names are kept (see the integration)
+    instrument_openai_agents()
+    try:
+        with ls.capture() as episodes:
+            person = await desk("Invent a person with a name and an age.")
+    finally:
+        uninstrument_openai_agents()
+        set_tracing_disabled(False)
+    assert isinstance(person, Person)
+    (call,) = episodes[0].calls
+    assert call.agent_name == "profiler" and call.sampling["response_format"]["type"] == "json_schema"
+    assert Person.model_validate_json(call.text) == person and call.completion_token_ids
