@@ -5,7 +5,8 @@ and agents-as-tools included.
     instrument_openai_agents()
 
 The integration is a tracing processor. The SDK opens an agent span for the agent whose turn it is and,
-inside it, a generation span around each Chat Completions request (`OpenAIChatCompletionsModel`). When a
+inside it, a generation span around each Chat Completions request (`OpenAIChatCompletionsModel`) or a
+response span around each Responses request (the default `OpenAIResponsesModel`). When a
 generation span starts, the processor opens a `call_attributes` scope in the model's context that links
 the calls recorded inside it to the span; the openai capture records the request there, with the token
 ids. When the span ends, the processor names the linked call after the nearest enclosing agent span, or,
@@ -32,6 +33,7 @@ try:
     from agents.tracing import (
         AgentSpanData,
         GenerationSpanData,
+        ResponseSpanData,
         Span,
         Trace,
         TracingProcessor,
@@ -49,6 +51,7 @@ from lightning_sdk.tracing.context import (
 )
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.errors import report_internal_error
+from lightning_sdk.tracing.openai_responses import calls_from_responses_api, responses_request_record
 
 __all__ = [
     "SPAN_ID_KEY",
@@ -122,7 +125,8 @@ class _AgentAttribution(TracingProcessor):
             self._agent_names[span.span_id] = data.name
             return
         episode = current_episode()
-        if not isinstance(data, GenerationSpanData) or episode is None or span.span_id in self._open:
+        model_call = isinstance(data, GenerationSpanData | ResponseSpanData)
+        if not model_call or episode is None or span.span_id in self._open:
             return
         # Span start and end run in the model's own context (a `with generation_span(...)` block around
         # the request), so the scope opened here is the one the openai request is made in.
@@ -171,6 +175,8 @@ class _AgentAttribution(TracingProcessor):
 
 def _call_from_span(span: Span[Any], started_at: float) -> LLMCall:
     """The SDK's own view of a model call the openai capture did not record (no token ids)."""
+    if isinstance(span.span_data, ResponseSpanData):
+        return _call_from_response_span(span, started_at)
     data: GenerationSpanData = span.span_data
     output = dict(data.output[0]) if data.output else None
     message = None
@@ -194,6 +200,22 @@ def _call_from_span(span: Span[Any], started_at: float) -> LLMCall:
         latency_s=time.time() - started_at,
         error=error.get("message") if error else None,
     )
+
+
+def _call_from_response_span(span: Span[Any], started_at: float) -> LLMCall:
+    """The SDK's view of a Responses call, in the same chat terms as the openai capture's records."""
+    data: ResponseSpanData = span.span_data
+    template = responses_request_record({"input": data.input}, None, started_at)
+    template.source = "openai_agents"
+    if data.response is None:
+        error = span.error
+        template.error = error.get("message") if error else "no response"
+        template.latency_s = time.time() - started_at
+        return template
+    template.model = getattr(data.response, "model", None)
+    (call,) = calls_from_responses_api(template, data.response)
+    call.prompt_token_ids = call.completion_token_ids = call.logprobs = None  # the SDK's view has none
+    return call
 
 
 _processor = _AgentAttribution()

@@ -39,7 +39,7 @@ BAD_CHAT_REQUESTS = [
     ({"model": "gpt-4o"}, 404, "model_not_found"),
     ({"presence_penalty": 2.5}, 400, "presence_penalty"),
     ({"frequency_penalty": -3}, 400, "frequency_penalty"),
-    ({"response_format": {"type": "json_object"}}, 400, "response_format"),
+    ({"response_format": {"type": "grammar"}}, 400, "response_format"),
 ]
 
 

@@ -98,9 +98,15 @@ def check_answer(response: Any, path: str) -> None:
     if content_type.startswith("text/event-stream"):
         lines = response.text.splitlines()
         events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+        if path == "POST /v1/responses":  # Responses streams end with their final event, not [DONE]
+            assert json.loads(events[-1])["type"] in ("response.completed", "response.incomplete", "error")
+            events.append("[DONE]")
         assert events and events[-1] == "[DONE]", response.text[-300:]
         for event in events[:-1]:
             json.loads(event)  # every event is JSON: a chunk, or an error object if the engine failed
+    elif path == "POST /v1/responses":  # a Response: output items and the prompt's token ids
+        answer = json.loads(response.text)
+        assert answer["object"] == "response" and answer["output"] and answer["prompt_token_ids"]
     elif path.startswith("POST /v1/"):  # a completion: choices with the sampled token ids
         answer = json.loads(response.text)
         assert answer["choices"] and all(isinstance(c["token_ids"], list) for c in answer["choices"])
@@ -111,7 +117,8 @@ def check_answer(response: Any, path: str) -> None:
 def test_the_server_describes_its_routes(http: httpx.Client, before_fuzz: dict[str, Any]) -> None:
     document = httpx.get(str(http.base_url) + "/openapi.json").json()  # no key needed, like /health
     assert document["openapi"].startswith("3.1")
-    assert set(document["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"}
+    assert set(document["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models",
+                                      "/health"}  # fmt: skip
     chat = document["components"]["schemas"]["ChatRequest"]
     assert chat["required"] == ["model", "messages"] and chat["additionalProperties"] is True
     assert before_fuzz["choices"][0]["token_ids"]
@@ -142,7 +149,7 @@ def served_and_bounded(case: Any, model: str | None) -> Any:
     body = dict(body)
     if model is not None:
         body["model"] = model
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and 16 < value <= 2048:
             body[name] = value % 17
@@ -175,7 +182,8 @@ json_values = st.recursive(
 
 @fuzz_settings()
 @given(
-    path=st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/v1/nope",
+    path=st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/health",
+                          "/v1/nope",
                           "/v1/chat/completions/x", "/", "/openapi.json"]),
     method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
     raw=st.binary(max_size=64) | json_values.map(lambda value: json.dumps(value).encode()),

@@ -8,8 +8,6 @@ leaves a connection hanging when the engine fails.
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,8 +16,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from lightning_sdk.engine.types import Engine, EngineError, PromptTooLongError, check_prompt_fits
-from lightning_sdk.serving.chat_template import render_chat, tool_choice_prefix
+from lightning_sdk.engine.types import Engine
+from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext, run_engine
 from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.openapi import openapi_document
 from lightning_sdk.serving.policy import SamplingPolicy
@@ -32,24 +30,16 @@ from lightning_sdk.serving.responses import (
     completion_logprobs,
     completion_response,
 )
-from lightning_sdk.serving.schemas import (
-    ChatRequest,
-    CompletionRequest,
-    parse_request,
-    requested_top_logprobs,
-    sampling_params,
-)
+from lightning_sdk.serving.responses_api import install_responses_routes
+from lightning_sdk.serving.schemas import ChatRequest, CompletionRequest, requested_top_logprobs
 from lightning_sdk.serving.streaming import chat_events, completion_events, first_and_rest, merged_streams
-from lightning_sdk.serving.tool_calls import ParsedOutput, parse_tool_calls, validate_tools
 
-__all__ = ["RouteInstaller", "create_app"]
+__all__ = ["MODEL_ALIASES", "RouteInstaller", "create_app"]
 
 RouteInstaller = Callable[[FastAPI, Callable[[Request], None]], None]
 """Adds routes to the app: called with the app and its `authorize(request)` check (raises on a bad key)."""
 
 log = logging.getLogger(__name__)
-MODEL_ALIASES = ("default",)
-"""Model names accepted besides the served name (many agent examples send `model="default"`)."""
 
 
 def create_app(
@@ -66,10 +56,21 @@ def create_app(
     `sampling_policy` lets the owner (the trainer) override every request's sampling between phases;
     `routes` add more routes behind the same key (the trainer's runner protocol).
     """
-    policy = sampling_policy or SamplingPolicy()
-    served = model_name or engine.model.name
+    ctx = ServingContext(engine, api_key, model_name or engine.model.name, default_max_tokens,
+                         sampling_policy or SamplingPolicy())  # fmt: skip
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
-    tokenizer = engine.tokenizer
+    install_error_handlers(app)
+    install_info_routes(app, ctx)
+    install_chat_route(app, ctx)
+    install_completions_route(app, ctx)
+    install_responses_routes(app, ctx)
+    for install in routes:
+        install(app, ctx.authorize)
+    return app
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every failure becomes an OpenAI error object with its status."""
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, error: APIError) -> JSONResponse:
@@ -86,114 +87,83 @@ def create_app(
         log.exception("request failed", exc_info=error)
         return JSONResponse(error_body(f"Internal error: {error}", "server_error"), status_code=500)
 
-    def authorize(request: Request) -> None:
-        if api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].strip(), api_key):
-            raise APIError.unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>'.")
 
-    async def read(request: Request, cls: type) -> Any:
-        authorize(request)
-        try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise APIError.bad_request(
-                f"The request body is not valid JSON: {error}", code="invalid_json"
-            ) from None
-        parsed = parse_request(cls, body)
-        if parsed.model != served and parsed.model not in MODEL_ALIASES and not policy.accept_any_model:
-            raise APIError.model_not_found(parsed.model, served)
-        return parsed
-
-    def params_for(
-        request: ChatRequest | CompletionRequest, prompt_len: int, top: int, asked: int | None
-    ) -> Any:
-        max_tokens = asked if asked is not None else max(1, engine.max_model_len - prompt_len)
-        if asked is None and default_max_tokens is not None:
-            max_tokens = min(max_tokens, default_max_tokens)
-        params = policy.apply(sampling_params(request, max_tokens, top, getattr(engine, "max_n", 16)))
-        try:
-            check_prompt_fits(prompt_len, params.max_tokens, engine.max_model_len)
-        except PromptTooLongError as error:
-            raise APIError.bad_request(str(error), param="messages", code="context_length_exceeded") from None
-        except ValueError as error:
-            raise APIError.bad_request(str(error), param="prompt") from None
-        return params
+def install_info_routes(app: FastAPI, ctx: ServingContext) -> None:
+    """`/health`, `/openapi.json` (no key) and `/v1/models`."""
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": served, "weight_version": engine.weight_version}
+        return {"status": "ok", "model": ctx.served, "weight_version": ctx.engine.weight_version}
 
     @app.get("/openapi.json")
     async def openapi() -> dict[str, Any]:
         from lightning_sdk import __version__
 
-        return openapi_document("lightning-sdk", __version__, served)
+        return openapi_document("lightning-sdk", __version__, ctx.served)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
-        authorize(request)
+        ctx.authorize(request)
         entry = {
-            "id": served,
+            "id": ctx.served,
             "object": "model",
             "created": 0,
             "owned_by": "lightning-sdk",
-            "max_model_len": engine.max_model_len,
-            "weight_version": engine.weight_version,
+            "max_model_len": ctx.engine.max_model_len,
+            "weight_version": ctx.engine.weight_version,
         }
         return {"object": "list", "data": [entry]}
 
+
+def install_chat_route(app: FastAPI, ctx: ServingContext) -> None:
+    """`POST /v1/chat/completions`."""
+    engine = ctx.engine
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        req: ChatRequest = await read(request, ChatRequest)
-        tools = validate_tools(req.tools)  # checked even when tool_choice="none", as OpenAI does
-        prefix = tool_choice_prefix(req.tool_choice, tools)
-        if req.tool_choice == "none":
-            tools = []  # the model is not told about them, so it cannot call one
-        prompt = render_chat(tokenizer, req.messages, tools, prefix)
-        want_logprobs, top = requested_top_logprobs(req)
-        limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        params = params_for(req, len(prompt), top, limit)
-        meta = ResponseMeta("chatcmpl", served, engine.weight_version)
+        req: ChatRequest = await ctx.read(request, ChatRequest)
+        prepared = ctx.prepare_chat(req)
+        params = prepared.params
+        meta = ResponseMeta("chatcmpl", ctx.served, engine.weight_version)
         if req.stream:
-            _, deltas = await run(first_and_rest(engine.astream(prompt, params)))
+            _, deltas = await run_engine(first_and_rest(engine.astream(prepared.prompt, params)))
             events = chat_events(
                 deltas,
                 meta=meta,
-                tokenizer=tokenizer,
-                prompt_token_ids=prompt,
+                tokenizer=ctx.tokenizer,
+                prompt_token_ids=prepared.prompt,
                 n=params.n,
-                tools_active=bool(tools),
-                assistant_prefix=prefix,
-                top_logprobs=top if want_logprobs else None,
+                tools_active=bool(prepared.tools),
+                assistant_prefix=prepared.prefix,
+                top_logprobs=prepared.top if prepared.want_logprobs else None,
                 include_usage=req.include_usage,
             )
             return StreamingResponse(events, media_type="text/event-stream")
-        result = await run(engine.agenerate(prompt, params))
+        result = await run_engine(engine.agenerate(prepared.prompt, params))
         meta.weight_version = result.weight_version
         choices = []
         for completion in result.completions:
-            parsed = (
-                parse_tool_calls(prefix + completion.text) if tools else ParsedOutput(completion.text, [])
-            )
             logprobs = None
-            if want_logprobs:
-                logprobs = chat_logprobs(
-                    tokenizer, completion.token_ids, completion.logprobs, completion.top_logprobs, top
-                )
-            choices.append(chat_choice(completion, parsed, logprobs))
+            if prepared.want_logprobs:
+                logprobs = chat_logprobs(ctx.tokenizer, completion.token_ids, completion.logprobs,
+                                         completion.top_logprobs, prepared.top)  # fmt: skip
+            choices.append(chat_choice(completion, prepared.parse(completion.text), logprobs))
         return chat_response(meta, result, choices)
+
+
+def install_completions_route(app: FastAPI, ctx: ServingContext) -> None:
+    """`POST /v1/completions`."""
+    engine, tokenizer = ctx.engine, ctx.tokenizer
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        req: CompletionRequest = await read(request, CompletionRequest)
+        req: CompletionRequest = await ctx.read(request, CompletionRequest)
         prompts = _prompt_ids(tokenizer, req.prompt)
         want_logprobs, top = requested_top_logprobs(req)
-        params = params_for(req, max(len(p) for p in prompts), top, req.max_tokens)
-        meta = ResponseMeta("cmpl", served, engine.weight_version)
+        params = ctx.params_for(req, max(len(p) for p in prompts), top, req.max_tokens)
+        meta = ResponseMeta("cmpl", ctx.served, engine.weight_version)
         if req.stream:
-            _, deltas = await run(first_and_rest(merged_streams(engine, prompts, params)))
+            _, deltas = await run_engine(first_and_rest(merged_streams(engine, prompts, params)))
             events = completion_events(
                 deltas,
                 meta=meta,
@@ -204,7 +174,7 @@ def create_app(
                 include_usage=req.include_usage,
             )
             return StreamingResponse(events, media_type="text/event-stream")
-        results = await run(asyncio.gather(*(engine.agenerate(p, params) for p in prompts)))
+        results = await run_engine(asyncio.gather(*(engine.agenerate(p, params) for p in prompts)))
         choices = []
         for position, result in enumerate(results):
             for completion in result.completions:
@@ -221,28 +191,6 @@ def create_app(
         meta.weight_version = results[0].weight_version
         return completion_response(meta, results, choices)
 
-    for install in routes:
-        install(app, authorize)
-    return app
-
-
-async def run(awaitable: Any) -> Any:
-    """Await an engine call, mapping its failures to OpenAI errors (400 for bad input, 500 otherwise)."""
-    try:
-        return await awaitable
-    except APIError:
-        raise
-    except PromptTooLongError as error:
-        raise APIError.bad_request(str(error), param="messages", code="context_length_exceeded") from None
-    except StopAsyncIteration:
-        raise APIError.server_error("The engine returned no output for this request.") from None
-    except EngineError as error:
-        raise APIError.server_error(str(error)) from None
-    except ValueError as error:
-        raise APIError.bad_request(str(error)) from None
-    except Exception as error:
-        log.exception("engine call failed")
-        raise APIError.server_error(f"The engine failed: {error}") from None
 
 
 def _prompt_ids(tokenizer: Any, prompt: Any) -> list[list[int]]:

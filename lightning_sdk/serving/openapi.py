@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_sdk.serving.responses_api import ResponsesRequest
 from lightning_sdk.serving.schemas import ChatRequest, CompletionRequest
 
 __all__ = ["openapi_document"]
@@ -72,6 +73,7 @@ def openapi_document(title: str, version: str, served_model: str) -> dict[str, A
         "paths": {
             "/v1/chat/completions": _post(ChatRequest, "Create a chat completion"),
             "/v1/completions": _post(CompletionRequest, "Create a text completion"),
+            "/v1/responses": _post(ResponsesRequest, "Create a response (OpenAI's Responses API)"),
             "/v1/models": {
                 "get": {"summary": "List the served model", "operationId": "listModels",
                         "responses": _responses("The served model")},
@@ -85,6 +87,7 @@ def openapi_document(title: str, version: str, served_model: str) -> dict[str, A
             "schemas": {
                 "ChatRequest": ChatRequest.model_json_schema(ref_template=_REF),
                 "CompletionRequest": CompletionRequest.model_json_schema(ref_template=_REF),
+                "ResponsesRequest": ResponsesRequest.model_json_schema(ref_template=_REF),
                 "Error": _ERROR,
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

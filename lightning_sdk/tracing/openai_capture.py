@@ -24,6 +24,7 @@ from lightning_sdk.tracing.context import current_call_attributes, current_episo
 from lightning_sdk.tracing.episode import LLMCall
 from lightning_sdk.tracing.errors import report_internal_error
 from lightning_sdk.tracing.openai_calls import calls_from_response, failed_call, request_record
+from lightning_sdk.tracing.openai_responses import calls_from_responses_api, responses_request_record
 from lightning_sdk.tracing.openai_streams import tap_async_stream, tap_stream
 
 __all__ = [
@@ -137,12 +138,14 @@ def _openai_types() -> tuple[type, type, tuple[type, ...]]:
 
 
 def _endpoint_kind(options: Any) -> str | None:
-    """`"chat"`, `"completion"` or None (an endpoint we do not record)."""
+    """`"chat"`, `"completion"`, `"responses"` or None (an endpoint we do not record)."""
     if getattr(options, "method", "").lower() != "post":
         return None
     url = str(getattr(options, "url", ""))
     if url.endswith("/chat/completions"):
         return "chat"
+    if url.endswith("/responses"):
+        return "responses"
     return "completion" if url.endswith("/completions") else None
 
 
@@ -206,7 +209,10 @@ class _Recording:
         self.prompts = body.get("prompt")
         self.episode = current_episode()
         self.attributes = current_call_attributes()
-        self.template = request_record(kind, body, _base_url_text(client), time.time())
+        if kind == "responses":
+            self.template = responses_request_record(body, _base_url_text(client), time.time())
+        else:
+            self.template = request_record(kind, body, _base_url_text(client), time.time())
         self.recorded = False
         self.parsed = False
 
@@ -237,6 +243,8 @@ class _Recording:
             self._wrap_parse(result)
         elif hasattr(result, "choices"):
             self.record(calls_from_response(self.template, result, self.prompts))
+        elif getattr(result, "object", None) == "response":
+            self.record(calls_from_responses_api(self.template, result))
 
     def _wrap_parse(self, raw: Any) -> None:
         """`with_raw_response` / `with_streaming_response`: record what `.parse()` gives the user."""
@@ -255,7 +263,8 @@ class _Recording:
 
     def _after_parse(self, result: Any) -> None:
         stream, async_stream, _ = _openai_types()
-        if self.parsed or not (isinstance(result, stream | async_stream) or hasattr(result, "choices")):
+        readable = hasattr(result, "choices") or getattr(result, "object", None) == "response"
+        if self.parsed or not (isinstance(result, stream | async_stream) or readable):
             return  # parse(to=dict) and the like: nothing we can read
         self.parsed = True
         self.guarded(self.handle_result, result)

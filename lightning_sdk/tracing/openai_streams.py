@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from lightning_sdk.tracing.episode import LLMCall
 from lightning_sdk.tracing.openai_calls import StreamAssembler
+from lightning_sdk.tracing.openai_responses import ResponsesStreamAssembler
 
 __all__ = ["Recording", "tap_async_stream", "tap_stream"]
 
@@ -93,7 +94,9 @@ class _StreamTap:
         self.recording.guarded(self._record)
 
     def _record(self) -> None:
-        assembler = StreamAssembler(self.recording.template, self.recording.prompts)
+        responses = self.recording.template.metadata.get("api") == "responses"
+        assembler_class = ResponsesStreamAssembler if responses else StreamAssembler
+        assembler = assembler_class(self.recording.template, self.recording.prompts)
         for chunk in self.chunks:
             assembler.add(chunk)
         error = f"{type(self.error).__name__}: {self.error}" if self.error is not None else None

@@ -6,16 +6,14 @@ The loop in `trainer.py` reads like the paragraph in ARCHITECTURE.md because the
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,6 +23,7 @@ from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.distributed import Distributed
+from lightning_sdk.training.event_loop import RunLoop
 from lightning_sdk.training.rollout import Rollout
 from lightning_sdk.training.run_dir import write_rank_info
 
@@ -59,6 +58,8 @@ class TrainingSession:
     """The runner protocol's queue, when `config.runners` is set."""
     remote: RemoteRollouts | None = None
     """Rollouts on runners (set by `use_runners`); None: rollouts in this process."""
+    loop: RunLoop = field(default_factory=RunLoop)
+    """The event loop every rollout and evaluation of the run runs on."""
     store_full: bool = False
     warned_too_long: bool = False
     """The episode store reached `config.episode_store_max_mb`; later steps' episodes are not stored."""
@@ -240,25 +241,8 @@ class TrainingSession:
             self.engine.sleep()
 
     def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run a coroutine to completion, also when the caller already runs an event loop (notebooks)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coroutine)
-        result: dict[str, Any] = {}
-
-        def runner() -> None:
-            try:
-                result["value"] = asyncio.run(coroutine)
-            except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread below
-                result["error"] = error
-
-        thread = threading.Thread(target=runner, name="lightning-sdk-rollout")
-        thread.start()
-        thread.join()
-        if "error" in result:
-            raise result["error"]
-        return result["value"]
+        """Run a coroutine to completion on the run's one event loop (see `RunLoop`)."""
+        return self.loop.run(coroutine)
 
     # --- training -------------------------------------------------------------------------------------
     def train(self, groups: list[list[Any]]) -> dict[str, Any]:
@@ -384,6 +368,7 @@ class TrainingSession:
             self.episodes.close()
         if self.remote is not None:
             self.remote.close()
+        self.loop.close()
         if not self.owns_engine:
             self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()

@@ -1,0 +1,136 @@
+"""What every route of the app shares: the engine, the served name, the key check, request parsing,
+sampling parameters, and the chat preparation the chat and Responses routes have in common."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from lightning_sdk.engine.types import (
+    Engine,
+    EngineError,
+    PromptTooLongError,
+    SamplingParams,
+    check_prompt_fits,
+)
+from lightning_sdk.serving.chat_template import render_chat, tool_choice_prefix
+from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.schemas import (
+    ChatRequest,
+    CompletionRequest,
+    parse_request,
+    requested_top_logprobs,
+    sampling_params,
+)
+from lightning_sdk.serving.tool_calls import ParsedOutput, parse_tool_calls, validate_tools
+
+__all__ = ["MODEL_ALIASES", "PreparedChat", "ServingContext", "run_engine"]
+
+log = logging.getLogger(__name__)
+MODEL_ALIASES = ("default",)
+"""Model names accepted besides the served name (many agent examples send `model="default"`)."""
+
+
+@dataclass
+class PreparedChat:
+    """A chat request ready for the engine: prompt ids, the active tools and the sampling parameters."""
+
+    prompt: list[int]
+    tools: list[dict[str, Any]]
+    prefix: str
+    """Text forced at the start of the answer (a required tool call), already in the prompt."""
+    params: SamplingParams
+    want_logprobs: bool
+    top: int
+
+    def parse(self, text: str) -> ParsedOutput:
+        """The completion's text split into content and tool calls."""
+        return parse_tool_calls(self.prefix + text) if self.tools else ParsedOutput(text, [])
+
+
+@dataclass
+class ServingContext:
+    """The app's shared state and the steps every route takes."""
+
+    engine: Engine
+    api_key: str | None
+    served: str
+    default_max_tokens: int | None = None
+    policy: SamplingPolicy = field(default_factory=SamplingPolicy)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    def authorize(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].strip(), self.api_key):
+            raise APIError.unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>'.")
+
+    async def read(self, request: Request, cls: type) -> Any:
+        """The authorized request's JSON body, validated as `cls`, for a model this server serves."""
+        self.authorize(request)
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise APIError.bad_request(
+                f"The request body is not valid JSON: {error}", code="invalid_json"
+            ) from None
+        parsed = parse_request(cls, body)
+        if parsed.model != self.served and parsed.model not in MODEL_ALIASES and not self.policy.accept_any_model:
+            raise APIError.model_not_found(parsed.model, self.served)
+        return parsed
+
+    def params_for(
+        self, request: ChatRequest | CompletionRequest, prompt_len: int, top: int, asked: int | None
+    ) -> SamplingParams:
+        engine = self.engine
+        max_tokens = asked if asked is not None else max(1, engine.max_model_len - prompt_len)
+        if asked is None and self.default_max_tokens is not None:
+            max_tokens = min(max_tokens, self.default_max_tokens)
+        params = self.policy.apply(sampling_params(request, max_tokens, top, getattr(engine, "max_n", 16)))
+        try:
+            check_prompt_fits(prompt_len, params.max_tokens, engine.max_model_len)
+        except PromptTooLongError as error:
+            raise APIError.bad_request(str(error), param="messages", code="context_length_exceeded") from None
+        except ValueError as error:
+            raise APIError.bad_request(str(error), param="prompt") from None
+        return params
+
+    def prepare_chat(self, req: ChatRequest) -> PreparedChat:
+        tools = validate_tools(req.tools)  # checked even when tool_choice="none", as OpenAI does
+        prefix = tool_choice_prefix(req.tool_choice, tools)
+        if req.tool_choice == "none":
+            tools = []  # the model is not told about them, so it cannot call one
+        prompt = render_chat(self.tokenizer, req.messages, tools, prefix)
+        want_logprobs, top = requested_top_logprobs(req)
+        limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        params = self.params_for(req, len(prompt), top, limit)
+        return PreparedChat(prompt, tools, prefix, params, want_logprobs, top)
+
+
+async def run_engine(awaitable: Any) -> Any:
+    """Await an engine call, mapping its failures to OpenAI errors (400 for bad input, 500 otherwise)."""
+    try:
+        return await awaitable
+    except APIError:
+        raise
+    except PromptTooLongError as error:
+        raise APIError.bad_request(str(error), param="messages", code="context_length_exceeded") from None
+    except StopAsyncIteration:
+        raise APIError.server_error("The engine returned no output for this request.") from None
+    except EngineError as error:
+        raise APIError.server_error(str(error)) from None
+    except ValueError as error:
+        raise APIError.bad_request(str(error)) from None
+    except Exception as error:
+        log.exception("engine call failed")
+        raise APIError.server_error(f"The engine failed: {error}") from None

@@ -1,0 +1,335 @@
+"""`POST /v1/responses`: OpenAI's Responses API over the same engine and chat template as chat completions.
+
+A request is turned into the equivalent chat request (`lightning_sdk.tracing.responses_items`) and goes
+through the chat route's steps, so the same conversation gives the same prompt token ids through either
+API. The answer is a Response object, or its standard event stream, with the token-level extras of our
+chat responses: `prompt_token_ids` on the response and `token_ids` / `token_logprobs` on each output
+item the model produced (a message, or function calls).
+
+Supported: text or item-list `input` (messages, `function_call`, `function_call_output`),
+`instructions`, function tools and `tool_choice`, `max_output_tokens`, `temperature`, `top_p`,
+`text.format` (text, json_object, json_schema), `store` (nothing is stored), `stream`. Refused with a
+400 that says what to send instead: `previous_response_id` and `conversation` (send the conversation as
+input items), hosted tools, reasoning, prompt templates, other item types.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict
+
+from lightning_sdk.engine.types import Completion, CompletionDelta
+from lightning_sdk.serving.context import PreparedChat, ServingContext, run_engine
+from lightning_sdk.serving.errors import APIError, error_body
+from lightning_sdk.serving.schemas import ChatRequest, parse_request
+from lightning_sdk.serving.streaming import first_and_rest
+from lightning_sdk.serving.tool_calls import ParsedOutput, ToolTextFilter
+from lightning_sdk.tracing.responses_items import ResponsesInputError, chat_tools, input_messages
+
+__all__ = ["ResponsesRequest", "install_responses_routes", "to_chat_request"]
+
+
+class ResponsesRequest(BaseModel):
+    """`POST /v1/responses` (fields this server reads; others are checked in `to_chat_request`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    input: str | list[Any]
+    instructions: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool = False
+    store: bool | None = None
+    text: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    previous_response_id: str | None = None
+    conversation: Any = None
+    reasoning: dict[str, Any] | None = None
+    prompt: Any = None
+    include: list[str] | None = None
+    truncation: str | None = None
+    top_logprobs: int | None = None
+    metadata: dict[str, Any] | None = None
+
+
+_NO_STORE = (
+    "This server does not store responses, so {field} cannot be honoured: send the whole conversation as "
+    "input items (the model's function_call items and your function_call_output items included). The "
+    "OpenAI Agents SDK does this by default."
+)
+_LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def _refuse_unsupported(req: ResponsesRequest) -> None:
+    if req.previous_response_id is not None:
+        raise APIError.bad_request(_NO_STORE.format(field="previous_response_id"), param="previous_response_id")
+    if req.conversation is not None:
+        raise APIError.bad_request(_NO_STORE.format(field="conversation"), param="conversation")
+    if req.prompt is not None:
+        raise APIError.bad_request("Prompt templates live on OpenAI's servers; send input instead.", "prompt")
+    if req.reasoning is not None:
+        raise APIError.bad_request("This model has no reasoning options; leave reasoning unset.", "reasoning")
+    if req.truncation not in (None, "disabled"):
+        raise APIError.bad_request(
+            "truncation='auto' is not supported: a prompt longer than the context is refused, never cut.",
+            "truncation",
+        )
+    unknown = [item for item in req.include or [] if item != _LOGPROBS_INCLUDE]
+    if unknown:
+        raise APIError.bad_request(
+            f"include {unknown} is not supported; only {_LOGPROBS_INCLUDE!r}.", param="include"
+        )
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Chat's `response_format` for Responses' `text.format`."""
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise APIError.bad_request("text.format must be an object.", param="text.format")
+    if fmt.get("type") == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": fmt.get("name"), "schema": fmt.get("schema")}}
+    return {"type": fmt.get("type")}
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice
+
+
+def to_chat_request(req: ResponsesRequest) -> ChatRequest:
+    """The chat request that asks the model exactly what this Responses request asks."""
+    _refuse_unsupported(req)
+    try:
+        messages = input_messages(req.input, req.instructions)
+        tools = chat_tools(req.tools)
+    except ResponsesInputError as error:
+        raise APIError.bad_request(str(error), param=error.param) from None
+    body: dict[str, Any] = {
+        "model": req.model,
+        "messages": messages,
+        "tools": tools or None,
+        "tool_choice": _tool_choice(req.tool_choice),
+        "max_tokens": req.max_output_tokens,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "response_format": _response_format(req.text),
+        "logprobs": _LOGPROBS_INCLUDE in (req.include or []),
+        "top_logprobs": req.top_logprobs,
+    }
+    return parse_request(ChatRequest, {key: value for key, value in body.items() if value is not None})
+
+
+# --- the Response object ------------------------------------------------------------------------------
+class _Ids:
+    """Ids of one response and its output items."""
+
+    def __init__(self) -> None:
+        self.response = f"resp_{uuid.uuid4().hex}"
+        self.created_at = int(time.time())
+
+    @staticmethod
+    def item(prefix: str) -> str:
+        return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text, "annotations": []}]
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
+
+
+def _function_call_item(item_id: str, call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call["id"], "name": call["function"]["name"],
+            "arguments": call["function"]["arguments"], "status": status}  # fmt: skip
+
+
+def _output_items(parsed: ParsedOutput, completion: Completion | None) -> list[dict[str, Any]]:
+    """The answer's items; the first carries the completion's token ids (the extras of this server)."""
+    items: list[dict[str, Any]] = []
+    if parsed.content or not parsed.tool_calls:
+        items.append(_message_item(_Ids.item("msg"), parsed.content or ""))
+    items += [_function_call_item(_Ids.item("fc"), call) for call in parsed.tool_calls]
+    if completion is not None:
+        items[0].update(token_ids=completion.token_ids, token_logprobs=completion.logprobs)
+    return items
+
+
+def _response(
+    ids: _Ids,
+    req: ResponsesRequest,
+    ctx: ServingContext,
+    output: list[dict[str, Any]],
+    *,
+    status: str,
+    prompt_token_ids: list[int],
+    output_tokens: int,
+    weight_version: Any,
+) -> dict[str, Any]:
+    incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    return {
+        "id": ids.response,
+        "object": "response",
+        "created_at": ids.created_at,
+        "status": status,
+        "error": None,
+        "incomplete_details": incomplete,
+        "model": ctx.served,
+        "instructions": req.instructions,
+        "output": output,
+        "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
+        "tool_choice": req.tool_choice or "auto",
+        "tools": req.tools or [],
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "max_output_tokens": req.max_output_tokens,
+        "previous_response_id": None,
+        "store": False,
+        "text": req.text or {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "metadata": req.metadata or {},
+        "usage": {
+            "input_tokens": len(prompt_token_ids),
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": len(prompt_token_ids) + output_tokens,
+        },
+        "prompt_token_ids": prompt_token_ids,
+        "weight_version": weight_version,
+    }
+
+
+def _status(finish_reason: str | None) -> str:
+    return "incomplete" if finish_reason == "length" else "completed"
+
+
+# --- the route ----------------------------------------------------------------------------------------
+def install_responses_routes(app: FastAPI, ctx: ServingContext) -> None:
+    """`POST /v1/responses`."""
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:
+        req: ResponsesRequest = await ctx.read(request, ResponsesRequest)
+        chat = to_chat_request(req)
+        prepared = ctx.prepare_chat(chat)
+        if prepared.params.n != 1:
+            raise APIError.bad_request("n is not part of the Responses API; leave it unset.", param="n")
+        ids = _Ids()
+        if req.stream:
+            _, deltas = await run_engine(first_and_rest(ctx.engine.astream(prepared.prompt, prepared.params)))
+            events = _events(deltas, ids, req, ctx, prepared)
+            return StreamingResponse(events, media_type="text/event-stream")
+        result = await run_engine(ctx.engine.agenerate(prepared.prompt, prepared.params))
+        completion = result.completions[0]
+        output = _output_items(prepared.parse(completion.text), completion)
+        return _response(ids, req, ctx, output, status=_status(completion.finish_reason),
+                         prompt_token_ids=result.prompt_token_ids, output_tokens=len(completion.token_ids),
+                         weight_version=result.weight_version)  # fmt: skip
+
+
+# --- streaming ------------------------------------------------------------------------------------------
+class _EventWriter:
+    """Numbers the events of one stream and renders them as server-sent events."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def __call__(self, kind: str, **fields: Any) -> str:
+        event = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
+
+
+async def _events(
+    deltas: AsyncIterator[CompletionDelta], ids: _Ids, req: ResponsesRequest, ctx: ServingContext,
+    prepared: PreparedChat,
+) -> AsyncIterator[str]:  # fmt: skip
+    """The standard event sequence: created, in_progress, the text message streamed delta by delta
+    (when the model answers in text), function calls whole at the end, then completed."""
+    emit = _EventWriter()
+    token_ids: list[int] = []
+    logprobs: list[float] = []
+
+    def snapshot(output: list[dict[str, Any]], status: str) -> dict[str, Any]:
+        return _response(ids, req, ctx, output, status=status, prompt_token_ids=prepared.prompt,
+                         output_tokens=len(token_ids), weight_version=ctx.engine.weight_version)  # fmt: skip
+
+    yield emit("response.created", response=snapshot([], "in_progress"))
+    yield emit("response.in_progress", response=snapshot([], "in_progress"))
+    text_filter = ToolTextFilter()
+    text_filter.feed(prepared.prefix)
+    message_id, streamed, finish = _Ids.item("msg"), "", None
+    try:
+        async for delta in deltas:
+            token_ids += delta.token_ids
+            logprobs += delta.logprobs
+            finish = delta.finish_reason or finish
+            piece = text_filter.feed(delta.text) if prepared.tools else delta.text
+            if piece:
+                if not streamed:
+                    for event in _message_opened(emit, message_id):
+                        yield event
+                streamed += piece
+                yield emit("response.output_text.delta", item_id=message_id, output_index=0, content_index=0,
+                           delta=piece, logprobs=[])  # fmt: skip
+    except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
+        yield emit("error", **error_body(str(error), "server_error", code="engine_error")["error"])
+        return
+    rest, parsed = text_filter.finish() if prepared.tools else ("", ParsedOutput(streamed, []))
+    output: list[dict[str, Any]] = []
+    if streamed or rest or not parsed.tool_calls:
+        if not streamed:
+            for event in _message_opened(emit, message_id):
+                yield event
+        if rest:
+            streamed += rest
+            yield emit("response.output_text.delta", item_id=message_id, output_index=0, content_index=0,
+                       delta=rest, logprobs=[])  # fmt: skip
+        for event in _message_closed(emit, message_id, streamed):
+            yield event
+        output.append(_message_item(message_id, streamed))
+    for call in parsed.tool_calls:
+        item = _function_call_item(_Ids.item("fc"), call)
+        index = len(output)
+        yield emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress"})
+        yield emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                   delta=item["arguments"])  # fmt: skip
+        yield emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                   arguments=item["arguments"], name=item["name"])  # fmt: skip
+        yield emit("response.output_item.done", output_index=index, item=item)
+        output.append(item)
+    output[0].update(token_ids=token_ids, token_logprobs=logprobs)
+    status = _status(finish)
+    yield emit(f"response.{status}", response=snapshot(output, status))
+
+
+def _message_opened(emit: _EventWriter, message_id: str) -> list[str]:
+    item = {"type": "message", "id": message_id, "status": "in_progress", "role": "assistant", "content": []}
+    part = {"type": "output_text", "text": "", "annotations": []}
+    return [
+        emit("response.output_item.added", output_index=0, item=item),
+        emit("response.content_part.added", item_id=message_id, output_index=0, content_index=0, part=part),
+    ]
+
+
+def _message_closed(emit: _EventWriter, message_id: str, text: str) -> list[str]:
+    part = {"type": "output_text", "text": text, "annotations": []}
+    return [
+        emit("response.output_text.done", item_id=message_id, output_index=0, content_index=0, text=text,
+             logprobs=[]),
+        emit("response.content_part.done", item_id=message_id, output_index=0, content_index=0, part=part),
+        emit("response.output_item.done", output_index=0, item=_message_item(message_id, text)),
+    ]  # fmt: skip

@@ -1,0 +1,56 @@
+"""`RunLoop`: one asyncio event loop for all of a training run's rollouts and evaluations.
+
+Agents keep async clients between episodes: the OpenAI Agents SDK shares one httpx client across all
+its default models, and many agents make one `AsyncOpenAI` at import. Such a client is bound to the
+event loop it first ran in; with a new loop per step (`asyncio.run` each time) the second step fails
+with "Event loop is closed". So a run keeps one loop, from its first rollout to `close()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["RunLoop"]
+
+T = TypeVar("T")
+
+
+class RunLoop:
+    """Runs coroutines to completion on one persistent event loop (`asyncio.Runner`)."""
+
+    def __init__(self) -> None:
+        self._runner: asyncio.Runner | None = None
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` on the run's loop; also when the caller already runs a loop (a notebook), in
+        which case the run's loop runs it in a helper thread while the caller waits."""
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._runner.run(coroutine)  # Ctrl+C cancels the coroutine, as asyncio.run does
+        result: dict[str, Any] = {}
+        runner = self._runner
+
+        def in_thread() -> None:
+            try:
+                result["value"] = runner.run(coroutine)
+            except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread below
+                result["error"] = error
+
+        thread = threading.Thread(target=in_thread, name="lightning-sdk-rollout")
+        thread.start()
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+
+    def close(self) -> None:
+        """Cancel what is left on the loop and close it."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
