@@ -148,8 +148,11 @@ def run_recording(episodes: int, every: int) -> dict:
             agent(task)
             if task % every == 0:
                 samples.append(measure(task))
-                print(f"{task:>7} episodes  RSS {samples[-1].rss_mb:7.1f} MB  "
-                      f"open files {samples[-1].open_files}", flush=True)  # fmt: skip
+                print(
+                    f"{task:>7} episodes  RSS {samples[-1].rss_mb:7.1f} MB  "
+                    f"open files {samples[-1].open_files}",
+                    flush=True,
+                )
         elapsed = time.perf_counter() - started
         stored = store.count()
         size_mb = sum(p.stat().st_size for p in Path(folder).iterdir()) / 2**20
@@ -219,8 +222,10 @@ def render(results: dict) -> str:
         "# Soak: memory and open files over long runs",
         "",
         "Written by `python benchmarks/soak.py recording|training`; each part keeps its last result.",
-        (f"RSS counts this process and its children. Growth is measured after a warm-up of the first "
-        f"{WARM_UP_SHARE:.0%} of the samples."),
+        (
+            f"RSS counts this process and its children. Growth is measured after a warm-up of the first "
+            f"{WARM_UP_SHARE:.0%} of the samples."
+        ),
         "",
     ]
     if "recording" in results:
@@ -229,9 +234,12 @@ def render(results: dict) -> str:
         lines += [
             "## Recording: episodes into the store",
             "",
-            (f"{r['episodes']:,} episodes of a traced agent, one recorded chat call each (openai capture, "
-            f"token ids), appended to an `EpisodeStore` ({r['stored']:,} stored, {r['store_mb']:.0f} MB): "
-            f"{r['episodes_per_s']:.0f} episodes/s. Machine: {r['machine']}; {r['date']}."),
+            (
+                f"{r['episodes']:,} episodes of a traced agent, one recorded chat call each (openai "
+                f"capture, token ids), appended to an `EpisodeStore` ({r['stored']:,} stored, "
+                f"{r['store_mb']:.0f} MB): "
+                f"{r['episodes_per_s']:.0f} episodes/s. Machine: {r['machine']}; {r['date']}."
+            ),
             "",
             "| episodes | RSS (MB) | open files |",
             "|---:|---:|---:|",
@@ -246,9 +254,11 @@ def render(results: dict) -> str:
         lines += [
             "## Training: the quickstart agent for many steps",
             "",
-            (f"{r['steps']} GRPO steps of the calculator agent (AutoGen, vLLM engine, bundled model), "
-            f"{r['wall_s'] / 60:.0f} minutes; peak RSS {r['peak_rss_mb']:.0f} MB. Machine: {r['machine']}; "
-            f"{r['date']}."),
+            (
+                f"{r['steps']} GRPO steps of the calculator agent (AutoGen, vLLM engine, bundled model), "
+                f"{r['wall_s'] / 60:.0f} minutes; peak RSS {r['peak_rss_mb']:.0f} MB. "
+                f"Machine: {r['machine']}; {r['date']}."
+            ),
             "",
             "| step | RSS (MB) | open files |",
             "|---:|---:|---:|",
@@ -262,8 +272,11 @@ def render(results: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["recording", "training", "render"],
-                        help="a loop to run, or render: rewrite soak.md from soak.json")  # fmt: skip
+    parser.add_argument(
+        "part",
+        choices=["recording", "training", "render"],
+        help="a loop to run, or render: rewrite soak.md from soak.json",
+    )
     parser.add_argument("--episodes", type=int, default=100_000, help="recording: episodes to record")
     parser.add_argument("--every", type=int, default=5_000, help="recording: measure every this many")
     parser.add_argument("--steps", type=int, default=40, help="training: GRPO steps")

@@ -75,8 +75,12 @@ def before_fuzz(http: httpx.Client) -> dict[str, Any]:
 
 
 def greedy(http: httpx.Client) -> dict[str, Any]:
-    body = {"model": "default", "messages": [{"role": "user", "content": "Name three colours."}],
-            "temperature": 0, "max_tokens": 12}  # fmt: skip
+    body = {
+        "model": "default",
+        "messages": [{"role": "user", "content": "Name three colours."}],
+        "temperature": 0,
+        "max_tokens": 12,
+    }
     response = http.post("/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
     return response.json()
@@ -117,8 +121,13 @@ def check_answer(response: Any, path: str) -> None:
 def test_the_server_describes_its_routes(http: httpx.Client, before_fuzz: dict[str, Any]) -> None:
     document = httpx.get(str(http.base_url) + "/openapi.json").json()  # no key needed, like /health
     assert document["openapi"].startswith("3.1")
-    assert set(document["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models",
-                                      "/health"}  # fmt: skip
+    assert set(document["paths"]) == {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/models",
+        "/health",
+    }
     chat = document["components"]["schemas"]["ChatRequest"]
     assert chat["required"] == ["model", "messages"] and chat["additionalProperties"] is True
     assert before_fuzz["choices"][0]["token_ids"]
@@ -182,13 +191,23 @@ json_values = st.recursive(
 
 @fuzz_settings()
 @given(
-    path=st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/health",
-                          "/v1/nope",
-                          "/v1/chat/completions/x", "/", "/openapi.json"]),
+    path=st.sampled_from(
+        [
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/responses",
+            "/v1/models",
+            "/health",
+            "/v1/nope",
+            "/v1/chat/completions/x",
+            "/",
+            "/openapi.json",
+        ]
+    ),
     method=st.sampled_from(["GET", "POST", "PUT", "DELETE"]),
     raw=st.binary(max_size=64) | json_values.map(lambda value: json.dumps(value).encode()),
     authorization=st.sampled_from([f"Bearer {KEY}", "Bearer wrong", "Bearer", "Basic Zm9vOmJhcg=="]),
-)  # fmt: skip
+)
 def test_raw_bodies_methods_paths_and_keys_get_an_openai_answer(
     http: httpx.Client, path: str, method: str, raw: bytes, authorization: str
 ) -> None:

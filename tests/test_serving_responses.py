@@ -16,9 +16,16 @@ from lightning_sdk.training.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
-ADD = {"type": "function", "name": "add", "description": "Add two integers.",
-       "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                      "required": ["a", "b"]}}  # fmt: skip
+ADD = {
+    "type": "function",
+    "name": "add",
+    "description": "Add two integers.",
+    "parameters": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    },
+}
 CHAT_ADD = {"type": "function", "function": {k: v for k, v in ADD.items() if k != "type"}}
 QUESTION = "What is 12 + 7? Use the add tool."
 CALL_ID = "call_fixed_1"  # the agent builds the same history through either API: the call it asked for,
@@ -28,17 +35,32 @@ ARGUMENTS = '{"a": 12, "b": 7}'  # whatever a 135M model wrote, and the tool's r
 def chat_episode(client: Any) -> ls.Episode:
     @ls.trace_agent(name="adder")
     def adder(question: str) -> str:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."},
-                                          {"role": "user", "content": question}]  # fmt: skip
-        first = client.chat.completions.create(model="default", messages=messages, tools=[CHAT_ADD], temperature=0,
-                                               tool_choice={"type": "function", "function": {"name": "add"}},
-                                               max_tokens=40)  # fmt: skip
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": question},
+        ]
+        first = client.chat.completions.create(
+            model="default",
+            messages=messages,
+            tools=[CHAT_ADD],
+            temperature=0,
+            tool_choice={"type": "function", "function": {"name": "add"}},
+            max_tokens=40,
+        )
         assert first.choices[0].message is not None
-        messages += [{"role": "assistant", "content": None, "tool_calls": [
-                          {"id": CALL_ID, "type": "function", "function": {"name": "add", "arguments": ARGUMENTS}}]},
-                     {"role": "tool", "tool_call_id": CALL_ID, "content": "19"}]  # fmt: skip
-        second = client.chat.completions.create(model="default", messages=messages, tools=[CHAT_ADD],
-                                                temperature=0, max_tokens=24)  # fmt: skip
+        messages += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": CALL_ID, "type": "function", "function": {"name": "add", "arguments": ARGUMENTS}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": CALL_ID, "content": "19"},
+        ]
+        second = client.chat.completions.create(
+            model="default", messages=messages, tools=[CHAT_ADD], temperature=0, max_tokens=24
+        )
         return second.choices[0].message.content or ""
 
     with ls.capture() as episodes:
@@ -55,14 +77,29 @@ def responses_episode(client: Any, stream: bool = False) -> ls.Episode:
 
     @ls.trace_agent(name="adder")
     def adder(question: str) -> str:
-        first = create(model="default", instructions="Be brief.", input=question, tools=[ADD], temperature=0,
-                       tool_choice={"type": "function", "name": "add"}, max_output_tokens=40)  # fmt: skip
+        first = create(
+            model="default",
+            instructions="Be brief.",
+            input=question,
+            tools=[ADD],
+            temperature=0,
+            tool_choice={"type": "function", "name": "add"},
+            max_output_tokens=40,
+        )
         assert first.output
-        history = [{"role": "user", "content": question},
-                   {"type": "function_call", "call_id": CALL_ID, "name": "add", "arguments": ARGUMENTS},
-                   {"type": "function_call_output", "call_id": CALL_ID, "output": "19"}]  # fmt: skip
-        second = create(model="default", instructions="Be brief.", input=history, tools=[ADD], temperature=0,
-                        max_output_tokens=24)  # fmt: skip
+        history = [
+            {"role": "user", "content": question},
+            {"type": "function_call", "call_id": CALL_ID, "name": "add", "arguments": ARGUMENTS},
+            {"type": "function_call_output", "call_id": CALL_ID, "output": "19"},
+        ]
+        second = create(
+            model="default",
+            instructions="Be brief.",
+            input=history,
+            tools=[ADD],
+            temperature=0,
+            max_output_tokens=24,
+        )
         return second.output_text
 
     with ls.capture() as episodes:
@@ -71,7 +108,9 @@ def responses_episode(client: Any, stream: bool = False) -> ls.Episode:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_a_tool_task_through_responses_records_the_same_episode_as_through_chat(served_endpoint, stream) -> None:
+def test_a_tool_task_through_responses_records_the_same_episode_as_through_chat(
+    served_endpoint, stream
+) -> None:
     client = served_endpoint.endpoint.openai_client()
     via_chat, via_responses = chat_episode(client), responses_episode(client, stream=stream)
     assert via_responses.output == via_chat.output
@@ -86,23 +125,46 @@ def test_a_tool_task_through_responses_records_the_same_episode_as_through_chat(
     for chat, responses in zip(via_chat.calls, via_responses.calls, strict=True):
         # The same answer, whether the server parsed a tool call out of it or not (call ids are random).
         assert responses.response_message["content"] == chat.response_message["content"]
-        functions = [[c["function"] for c in call.response_message.get("tool_calls") or []]
-                     for call in (chat, responses)]  # fmt: skip
+        functions = [
+            [c["function"] for c in call.response_message.get("tool_calls") or []]
+            for call in (chat, responses)
+        ]
         assert functions[0] == functions[1]
 
 
 def test_the_stream_follows_the_standard_event_sequence(served_endpoint) -> None:
     client = served_endpoint.endpoint.openai_client()
-    kinds = [e.type for e in client.responses.create(model="default", input="Name a colour.", max_output_tokens=8,
-                                                      temperature=0, stream=True)]  # fmt: skip
-    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.content_part.added"]  # fmt: skip
+    kinds = [
+        e.type
+        for e in client.responses.create(
+            model="default", input="Name a colour.", max_output_tokens=8, temperature=0, stream=True
+        )
+    ]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
     assert "response.output_text.delta" in kinds
-    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
-                          "response.incomplete"]  # fmt: skip  (8 tokens: cut by max_output_tokens)
-    tool_kinds = [e.type for e in client.responses.create(
-        model="default", input=QUESTION, tools=[ADD], tool_choice={"type": "function", "name": "add"},
-        max_output_tokens=80, temperature=0, stream=True)]  # fmt: skip (80: room to close the call)
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]  # 8 tokens: cut by max_output_tokens
+    tool_kinds = [
+        e.type
+        for e in client.responses.create(
+            model="default",
+            input=QUESTION,
+            tools=[ADD],
+            tool_choice={"type": "function", "name": "add"},
+            max_output_tokens=80,
+            temperature=0,
+            stream=True,
+        )
+    ]  # 80 tokens: room to close the call
     assert "response.function_call_arguments.delta" in tool_kinds
     assert "response.function_call_arguments.done" in tool_kinds
 
@@ -114,7 +176,10 @@ def test_the_stream_follows_the_standard_event_sequence(served_endpoint) -> None
         ({"conversation": "conv_1"}, "does not store responses"),
         ({"tools": [{"type": "web_search"}]}, "function tools only"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "type 'reasoning'"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input_image"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input_image",
+        ),
         ({"input": 5}, "input"),
         ({"input": []}, "non-empty list"),
         ({"reasoning": {"effort": "high"}}, "no reasoning"),
@@ -127,8 +192,12 @@ def test_bad_responses_requests_get_a_400_in_openai_form_and_the_server_goes_on(
     served_endpoint, change, mentions
 ) -> None:
     endpoint = served_endpoint.endpoint
-    response = httpx.post(f"{endpoint.base_url}/responses", json={"model": "default", "input": "hi", **change},
-                          headers={"Authorization": f"Bearer {endpoint.api_key}"}, timeout=60)  # fmt: skip
+    response = httpx.post(
+        f"{endpoint.base_url}/responses",
+        json={"model": "default", "input": "hi", **change},
+        headers={"Authorization": f"Bearer {endpoint.api_key}"},
+        timeout=60,
+    )
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
@@ -138,12 +207,19 @@ def test_bad_responses_requests_get_a_400_in_openai_form_and_the_server_goes_on(
 
 
 def test_structured_output_through_text_format(served_endpoint) -> None:
-    schema = {"type": "object", "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
-              "required": ["colour"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
+        "required": ["colour"],
+        "additionalProperties": False,
+    }
     reply = served_endpoint.endpoint.openai_client().responses.create(
-        model="default", input="Pick a colour.", temperature=1.0, max_output_tokens=60,
+        model="default",
+        input="Pick a colour.",
+        temperature=1.0,
+        max_output_tokens=60,
         text={"format": {"type": "json_schema", "name": "pick", "schema": schema, "strict": True}},
-    )  # fmt: skip
+    )
     assert json.loads(reply.output_text)["colour"] in {"red", "green", "blue"}
 
 
@@ -170,8 +246,13 @@ async def default_model_agent(task: dict[str, Any]) -> str:
 
     # No model class, no client: the SDK's default, OpenAIResponsesModel, reads OPENAI_BASE_URL and
     # OPENAI_API_KEY, which the trainer (or the test) points at our endpoint.
-    agent = Agent(name="adder", instructions="Use the add tool, then answer with the number.", model="default",
-                  tools=[add_tool()], model_settings=ModelSettings(max_tokens=48))  # fmt: skip
+    agent = Agent(
+        name="adder",
+        instructions="Use the add tool, then answer with the number.",
+        model="default",
+        tools=[add_tool()],
+        model_settings=ModelSettings(max_tokens=48),
+    )
     try:
         result = await Runner.run(agent, task["question"], max_turns=3)
         answer = str(result.final_output)
@@ -208,8 +289,17 @@ async def test_a_default_model_agents_sdk_agent_is_served_and_attributed(
 
 def test_a_default_model_agents_sdk_agent_trains(vllm_engine, agents_sdk, tmp_path: Path) -> None:
     tasks = [{"question": f"What is {a} + {b}?"} for a, b in [(12, 7), (10, 9), (15, 4), (11, 8)]]
-    config = ls.TrainerConfig(group_size=2, batch_size=2, max_steps=2, max_tokens=48, learning_rate=1e-4,
-                              save_every=0, eval_every=0, run_dir=str(tmp_path / "run"), progress_bar=False)  # fmt: skip
+    config = ls.TrainerConfig(
+        group_size=2,
+        batch_size=2,
+        max_steps=2,
+        max_tokens=48,
+        learning_rate=1e-4,
+        save_every=0,
+        eval_every=0,
+        run_dir=str(tmp_path / "run"),
+        progress_bar=False,
+    )
     try:
         ls.Trainer(config=config, engine=vllm_engine).fit(default_model_agent, tasks)
     finally:

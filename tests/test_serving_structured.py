@@ -30,8 +30,14 @@ def test_parse_with_a_pydantic_model_gets_valid_json_and_is_recorded(served_endp
     @ls.trace_agent(name="profiler")
     def profiler(seed: int) -> Person | None:
         try:
-            reply = client.chat.completions.parse(model=endpoint.model, messages=ASK, response_format=Person,
-                                                  max_tokens=120, temperature=1.0, seed=seed)  # fmt: skip
+            reply = client.chat.completions.parse(
+                model=endpoint.model,
+                messages=ASK,
+                response_format=Person,
+                max_tokens=120,
+                temperature=1.0,
+                seed=seed,
+            )
         except openai.LengthFinishReasonError:
             return None  # the grammar allows long answers (digits, whitespace); this one ran out of tokens
         return reply.choices[0].message.parsed
@@ -55,16 +61,27 @@ def test_json_object_and_streamed_json_schema(served_endpoint) -> None:
     endpoint = served_endpoint.endpoint
     client = endpoint.openai_client()
     reply = client.chat.completions.create(
-        model=endpoint.model, messages=ASK, response_format={"type": "json_object"}, max_tokens=80, temperature=0
+        model=endpoint.model,
+        messages=ASK,
+        response_format={"type": "json_object"},
+        max_tokens=80,
+        temperature=0,
     )
     assert isinstance(json.loads(reply.choices[0].message.content), dict)
 
-    schema = {"type": "object", "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
-              "required": ["colour"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"type": "string", "enum": ["red", "green", "blue"]}},
+        "required": ["colour"],
+        "additionalProperties": False,
+    }
     stream = client.chat.completions.create(
         model=endpoint.model,
         messages=[{"role": "user", "content": "Pick a colour."}],
-        response_format={"type": "json_schema", "json_schema": {"name": "pick", "schema": schema, "strict": True}},
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "pick", "schema": schema, "strict": True},
+        },
         max_tokens=60,
         temperature=1.0,
         seed=0,
@@ -82,7 +99,9 @@ def test_json_object_and_streamed_json_schema(served_endpoint) -> None:
         ({"type": "grammar"}, "not supported"),
     ],
 )
-def test_bad_response_formats_get_a_400_and_the_server_goes_on(served_endpoint, response_format, mentions) -> None:
+def test_bad_response_formats_get_a_400_and_the_server_goes_on(
+    served_endpoint, response_format, mentions
+) -> None:
     endpoint = served_endpoint.endpoint
     response = httpx.post(
         f"{endpoint.base_url}/chat/completions",
@@ -118,8 +137,13 @@ async def test_an_agents_sdk_agent_with_an_output_type_gets_its_type_and_is_reco
 
     endpoint = served_endpoint.endpoint
     model = OpenAIChatCompletionsModel(model=endpoint.model, openai_client=endpoint.async_openai_client())
-    profiler = Agent(name="profiler", instructions="You invent people.", model=model, output_type=Person,
-                     model_settings=ModelSettings(max_tokens=120, temperature=0))  # fmt: skip
+    profiler = Agent(
+        name="profiler",
+        instructions="You invent people.",
+        model=model,
+        output_type=Person,
+        model_settings=ModelSettings(max_tokens=120, temperature=0),
+    )
 
     @ls.trace_agent(name="desk")
     async def desk(task: str) -> Person:

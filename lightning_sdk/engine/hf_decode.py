@@ -66,7 +66,8 @@ def sample_token(
 def _penalise(logits: torch.Tensor, params: SamplingParams, generated: Sequence[int]) -> torch.Tensor:
     counts = torch.bincount(torch.tensor(list(generated)), minlength=logits.shape[-1])[: logits.shape[-1]]
     counts = counts.to(logits.device, logits.dtype)
-    return logits - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).to(logits.dtype)
+    seen = (counts > 0).to(logits.dtype)
+    return logits - params.frequency_penalty * counts - params.presence_penalty * seen
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -85,7 +85,11 @@ class ServingContext:
                 f"The request body is not valid JSON: {error}", code="invalid_json"
             ) from None
         parsed = parse_request(cls, body)
-        if parsed.model != self.served and parsed.model not in MODEL_ALIASES and not self.policy.accept_any_model:
+        if (
+            parsed.model != self.served
+            and parsed.model not in MODEL_ALIASES
+            and not self.policy.accept_any_model
+        ):
             raise APIError.model_not_found(parsed.model, self.served)
         return parsed
 

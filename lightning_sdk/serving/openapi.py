@@ -75,12 +75,19 @@ def openapi_document(title: str, version: str, served_model: str) -> dict[str, A
             "/v1/completions": _post(CompletionRequest, "Create a text completion"),
             "/v1/responses": _post(ResponsesRequest, "Create a response (OpenAI's Responses API)"),
             "/v1/models": {
-                "get": {"summary": "List the served model", "operationId": "listModels",
-                        "responses": _responses("The served model")},
+                "get": {
+                    "summary": "List the served model",
+                    "operationId": "listModels",
+                    "responses": _responses("The served model"),
+                },
             },
             "/health": {
-                "get": {"summary": "Liveness, model name and weight version", "operationId": "health",
-                        "security": [], "responses": {"200": {"description": "The server is up"}}},
+                "get": {
+                    "summary": "Liveness, model name and weight version",
+                    "operationId": "health",
+                    "security": [],
+                    "responses": {"200": {"description": "The server is up"}},
+                },
             },
         },
         "components": {

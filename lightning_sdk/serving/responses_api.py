@@ -73,7 +73,9 @@ _LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 def _refuse_unsupported(req: ResponsesRequest) -> None:
     if req.previous_response_id is not None:
-        raise APIError.bad_request(_NO_STORE.format(field="previous_response_id"), param="previous_response_id")
+        raise APIError.bad_request(
+            _NO_STORE.format(field="previous_response_id"), param="previous_response_id"
+        )
     if req.conversation is not None:
         raise APIError.bad_request(_NO_STORE.format(field="conversation"), param="conversation")
     if req.prompt is not None:
@@ -152,8 +154,14 @@ def _message_item(item_id: str, text: str, status: str = "completed") -> dict[st
 
 
 def _function_call_item(item_id: str, call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": item_id, "call_id": call["id"], "name": call["function"]["name"],
-            "arguments": call["function"]["arguments"], "status": status}  # fmt: skip
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call["id"],
+        "name": call["function"]["name"],
+        "arguments": call["function"]["arguments"],
+        "status": status,
+    }
 
 
 def _output_items(parsed: ParsedOutput, completion: Completion | None) -> list[dict[str, Any]]:
@@ -235,9 +243,16 @@ def install_responses_routes(app: FastAPI, ctx: ServingContext) -> None:
         result = await run_engine(ctx.engine.agenerate(prepared.prompt, prepared.params))
         completion = result.completions[0]
         output = _output_items(prepared.parse(completion.text), completion)
-        return _response(ids, req, ctx, output, status=_status(completion.finish_reason),
-                         prompt_token_ids=result.prompt_token_ids, output_tokens=len(completion.token_ids),
-                         weight_version=result.weight_version)  # fmt: skip
+        return _response(
+            ids,
+            req,
+            ctx,
+            output,
+            status=_status(completion.finish_reason),
+            prompt_token_ids=result.prompt_token_ids,
+            output_tokens=len(completion.token_ids),
+            weight_version=result.weight_version,
+        )
 
 
 # --- streaming ------------------------------------------------------------------------------------------
@@ -254,9 +269,12 @@ class _EventWriter:
 
 
 async def _events(
-    deltas: AsyncIterator[CompletionDelta], ids: _Ids, req: ResponsesRequest, ctx: ServingContext,
+    deltas: AsyncIterator[CompletionDelta],
+    ids: _Ids,
+    req: ResponsesRequest,
+    ctx: ServingContext,
     prepared: PreparedChat,
-) -> AsyncIterator[str]:  # fmt: skip
+) -> AsyncIterator[str]:
     """The standard event sequence: created, in_progress, the text message streamed delta by delta
     (when the model answers in text), function calls whole at the end, then completed."""
     emit = _EventWriter()
@@ -264,8 +282,16 @@ async def _events(
     logprobs: list[float] = []
 
     def snapshot(output: list[dict[str, Any]], status: str) -> dict[str, Any]:
-        return _response(ids, req, ctx, output, status=status, prompt_token_ids=prepared.prompt,
-                         output_tokens=len(token_ids), weight_version=ctx.engine.weight_version)  # fmt: skip
+        return _response(
+            ids,
+            req,
+            ctx,
+            output,
+            status=status,
+            prompt_token_ids=prepared.prompt,
+            output_tokens=len(token_ids),
+            weight_version=ctx.engine.weight_version,
+        )
 
     yield emit("response.created", response=snapshot([], "in_progress"))
     yield emit("response.in_progress", response=snapshot([], "in_progress"))
@@ -283,8 +309,14 @@ async def _events(
                     for event in _message_opened(emit, message_id):
                         yield event
                 streamed += piece
-                yield emit("response.output_text.delta", item_id=message_id, output_index=0, content_index=0,
-                           delta=piece, logprobs=[])  # fmt: skip
+                yield emit(
+                    "response.output_text.delta",
+                    item_id=message_id,
+                    output_index=0,
+                    content_index=0,
+                    delta=piece,
+                    logprobs=[],
+                )
     except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
         yield emit("error", **error_body(str(error), "server_error", code="engine_error")["error"])
         return
@@ -296,8 +328,14 @@ async def _events(
                 yield event
         if rest:
             streamed += rest
-            yield emit("response.output_text.delta", item_id=message_id, output_index=0, content_index=0,
-                       delta=rest, logprobs=[])  # fmt: skip
+            yield emit(
+                "response.output_text.delta",
+                item_id=message_id,
+                output_index=0,
+                content_index=0,
+                delta=rest,
+                logprobs=[],
+            )
         for event in _message_closed(emit, message_id, streamed):
             yield event
         output.append(_message_item(message_id, streamed))
@@ -305,10 +343,19 @@ async def _events(
         item = _function_call_item(_Ids.item("fc"), call)
         index = len(output)
         yield emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress"})
-        yield emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                   delta=item["arguments"])  # fmt: skip
-        yield emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                   arguments=item["arguments"], name=item["name"])  # fmt: skip
+        yield emit(
+            "response.function_call_arguments.delta",
+            item_id=item["id"],
+            output_index=index,
+            delta=item["arguments"],
+        )
+        yield emit(
+            "response.function_call_arguments.done",
+            item_id=item["id"],
+            output_index=index,
+            arguments=item["arguments"],
+            name=item["name"],
+        )
         yield emit("response.output_item.done", output_index=index, item=item)
         output.append(item)
     output[0].update(token_ids=token_ids, token_logprobs=logprobs)
@@ -328,8 +375,14 @@ def _message_opened(emit: _EventWriter, message_id: str) -> list[str]:
 def _message_closed(emit: _EventWriter, message_id: str, text: str) -> list[str]:
     part = {"type": "output_text", "text": text, "annotations": []}
     return [
-        emit("response.output_text.done", item_id=message_id, output_index=0, content_index=0, text=text,
-             logprobs=[]),
+        emit(
+            "response.output_text.done",
+            item_id=message_id,
+            output_index=0,
+            content_index=0,
+            text=text,
+            logprobs=[],
+        ),
         emit("response.content_part.done", item_id=message_id, output_index=0, content_index=0, part=part),
         emit("response.output_item.done", output_index=0, item=_message_item(message_id, text)),
-    ]  # fmt: skip
+    ]

@@ -72,8 +72,11 @@ def calls_from_responses_api(template: LLMCall, response: Any, error: str | None
     call.finish_reason = _finish_reason(response, message)
     usage = plain(response.usage) if getattr(response, "usage", None) is not None else None
     if usage is not None:
-        call.usage = {"prompt_tokens": usage.get("input_tokens"), "completion_tokens": usage.get("output_tokens"),
-                      "total_tokens": usage.get("total_tokens")}  # fmt: skip
+        call.usage = {
+            "prompt_tokens": usage.get("input_tokens"),
+            "completion_tokens": usage.get("output_tokens"),
+            "total_tokens": usage.get("total_tokens"),
+        }
     call.prompt_token_ids = _extras(response).get("prompt_token_ids")
     call.completion_token_ids = carrier.get("token_ids")
     call.logprobs = carrier.get("token_logprobs")

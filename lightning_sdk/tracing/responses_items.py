@@ -40,8 +40,10 @@ def _text(content: Any, where: str) -> str:
     if isinstance(content, list):
         pieces = []
         for index, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") not in _TEXT_PARTS or not isinstance(
-                part.get("text"), str
+            if (
+                not isinstance(part, dict)
+                or part.get("type") not in _TEXT_PARTS
+                or not isinstance(part.get("text"), str)
             ):
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise ResponsesInputError(
@@ -51,7 +53,9 @@ def _text(content: Any, where: str) -> str:
                 )
             pieces.append(part["text"])
         return "".join(pieces)
-    raise ResponsesInputError(f"{where}.content must be a string or a list of text parts.", f"{where}.content")
+    raise ResponsesInputError(
+        f"{where}.content must be a string or a list of text parts.", f"{where}.content"
+    )
 
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
@@ -64,9 +68,7 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
 def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
     name, arguments, call_id = item.get("name"), item.get("arguments"), item.get("call_id")
     if not isinstance(name, str) or not isinstance(arguments, str) or not isinstance(call_id, str):
-        raise ResponsesInputError(
-            f"{where} (function_call) needs string call_id, name and arguments.", where
-        )
+        raise ResponsesInputError(f"{where} (function_call) needs string call_id, name and arguments.", where)
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
@@ -94,7 +96,11 @@ def input_messages(input: Any, instructions: str | None = None) -> list[dict[str
         elif kind == "function_call":
             call = _function_call(item, where)
             last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and (last.get("tool_calls") or not last["content"]):
+            if (
+                last is not None
+                and last["role"] == "assistant"
+                and (last.get("tool_calls") or not last["content"])
+            ):
                 last.setdefault("tool_calls", []).append(call)
             elif last is not None and last["role"] == "assistant":
                 last["tool_calls"] = [call]
@@ -150,10 +156,14 @@ def output_message(output: list[dict[str, Any]]) -> dict[str, Any]:
         if item.get("type") == "message":
             texts += [part.get("text", "") for part in item.get("content") or [] if isinstance(part, dict)]
         elif item.get("type") == "function_call":
-            calls.append({"id": item.get("call_id"), "type": "function",
-                          "function": {"name": item.get("name"), "arguments": item.get("arguments")}})  # fmt: skip
+            calls.append(
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+                }
+            )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if calls:
         message["tool_calls"] = calls
     return message
-
