@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 __all__ = ["RunLoop"]
@@ -29,28 +29,34 @@ class RunLoop:
         which case the run's loop runs it in a helper thread while the caller waits."""
         if self._runner is None:
             self._runner = asyncio.Runner()
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return self._runner.run(coroutine)  # Ctrl+C cancels the coroutine, as asyncio.run does
-        result: dict[str, Any] = {}
         runner = self._runner
-
-        def in_thread() -> None:
-            try:
-                result["value"] = runner.run(coroutine)
-            except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread below
-                result["error"] = error
-
-        thread = threading.Thread(target=in_thread, name="lightning-sdk-rollout")
-        thread.start()
-        thread.join()
-        if "error" in result:
-            raise result["error"]
-        return result["value"]
+        return _outside_any_loop(lambda: runner.run(coroutine))  # Ctrl+C cancels it, as asyncio.run does
 
     def close(self) -> None:
         """Cancel what is left on the loop and close it."""
         if self._runner is not None:
-            self._runner.close()
-            self._runner = None
+            runner, self._runner = self._runner, None
+            _outside_any_loop(runner.close)
+
+
+def _outside_any_loop(call: Callable[[], T]) -> T:
+    """`call()` here, or in a helper thread when this thread runs an event loop (asyncio allows one
+    running loop per thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return call()
+    result: dict[str, Any] = {}
+
+    def in_thread() -> None:
+        try:
+            result["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread below
+            result["error"] = error
+
+    thread = threading.Thread(target=in_thread, name="lightning-sdk-rollout")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
