@@ -21,9 +21,12 @@ A model call that runs outside any agent span cannot be named; the first one is 
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +89,11 @@ class _AgentAttribution(TracingProcessor):
         self.warned_unattributed = False
 
     def on_trace_start(self, trace: Trace) -> None:
-        return
+        if self.enabled:
+            try:
+                _fresh_http_client_per_loop()
+            except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
+                report_internal_error("renewing the Agents SDK's HTTP client")
 
     def on_trace_end(self, trace: Trace) -> None:
         return
@@ -220,6 +227,30 @@ def _call_from_response_span(span: Span[Any], started_at: float) -> LLMCall:
 
 _processor = _AgentAttribution()
 _lock = threading.Lock()
+
+
+_loop_of_shared_client: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
+
+
+def _fresh_http_client_per_loop() -> None:
+    """Give each event loop its own copy of the SDK's shared HTTP client.
+
+    The SDK shares one httpx client among all its default models (`shared_http_client()`), and that
+    client only works on the event loop it first ran on: a program that runs agents on a second loop
+    (a training run after an evaluation with `asyncio.run`, a test after a test) gets "Event loop is
+    closed" on every call. A run starts its trace in the loop it runs on, so this is the place to notice
+    a new loop and let the SDK make a fresh client for it.
+    """
+    global _loop_of_shared_client
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # a synchronous run (Runner.run_sync) starts its own loop later; nothing shared yet
+    provider = sys.modules.get("agents.models.openai_provider")
+    previous = _loop_of_shared_client() if _loop_of_shared_client is not None else None
+    if previous is not loop and provider is not None and getattr(provider, "_http_client", None) is not None:
+        provider._http_client = None  # made again, on this loop, by the next shared_http_client()
+    _loop_of_shared_client = weakref.ref(loop)
 
 
 def _install_local_spans() -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from lightning_sdk.cli import main
 from lightning_sdk.training.metrics import read_metrics
+from tests.fixtures.runs import interruptible
 
 ROOT = Path(__file__).parents[1]
 
@@ -74,27 +75,34 @@ def test_serve_refuses_a_taken_port_and_a_missing_model_before_loading_anything(
 
 
 @pytest.mark.slow
-def test_serve_runs_until_interrupted_and_answers_the_openai_client() -> None:
+def test_serve_runs_until_interrupted_and_answers_the_openai_client(tmp_path: Path) -> None:
     import openai
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_CURRENT_TEST", None)
-    command = [sys.executable, "-m", "lightning_sdk.cli", "serve", "--engine", "transformers", "--port", "0",
-               "--api-key", "sk-test", "--max-tokens", "8"]  # fmt: skip
-    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = interruptible("lightning_sdk.cli", "serve", "--engine", "transformers", "--port", "0",
+                            "--api-key", "sk-test", "--max-tokens", "8")  # fmt: skip
+    # The server's log goes to a file: a pipe nobody reads until the end can fill up and block the server.
+    log = tmp_path / "serve.log"
+    with log.open("w") as stderr:
+        server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         first = server.stdout.readline()  # blocks until the server is up (or the process ends)
-        assert first.startswith("Serving SmolLM2-135M-Instruct at http://127.0.0.1:"), server.stderr.read()
+        assert first.startswith("Serving SmolLM2-135M-Instruct at http://127.0.0.1:"), log.read_text()
         base_url = first.split(" at ", 1)[1].split()[0]
-        client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, timeout=60)
-        reply = client.chat.completions.create(
-            model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Say hi."}]
-        )
+        with openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, timeout=60) as client:
+            reply = client.chat.completions.create(
+                model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Say hi."}]
+            )
         assert reply.choices[0].message.content and reply.usage.completion_tokens <= 8
     finally:
         server.send_signal(signal.SIGINT)
-        returncode = server.wait(timeout=180)  # a loaded machine needs time to drain and stop the engine
-    assert returncode in (0, -signal.SIGINT, 130)
+        try:
+            returncode = server.wait(timeout=180)  # a loaded machine needs time to drain and stop the engine
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise AssertionError(f"serve did not stop within 180 s of Ctrl+C; its log:\n{log.read_text()}")
+    assert returncode in (0, -signal.SIGINT, 130), log.read_text()
 
 
 def test_quickstart_without_autogen_names_the_install_command(

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from lightning_sdk.rollouts import RolloutQueue, RolloutSpec
 from lightning_sdk.rollouts.routes import install_rollout_routes
 from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
 from lightning_sdk.tracing.store import EpisodeStore
-from tests.fixtures.runs import REPOSITORY
+from tests.fixtures.runs import REPOSITORY, interruptible
 
 pytestmark = pytest.mark.slow
 
@@ -142,15 +141,7 @@ def test_a_runner_started_before_the_trainer_connects_when_it_comes_up(
     env = {**os.environ, "LIGHTNING_SDK_KEY": key, "PYTHONPATH": str(REPOSITORY)}
     with log.open("w") as output:
         runner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "lightning_sdk.cli",
-                "runner",
-                AGENT,
-                "--trainer",
-                f"http://127.0.0.1:{port}",
-            ],
+            interruptible("lightning_sdk.cli", "runner", AGENT, "--trainer", f"http://127.0.0.1:{port}"),
             env=env,
             stderr=output,
             stdout=output,
