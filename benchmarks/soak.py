@@ -217,6 +217,23 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores, {memory_gib:.0f} GiB, {platform.platform()}"
 
 
+def section(title: str, summary: str, r: dict, unit: str, per: str, scale: float, at: str, rss: str) -> list:
+    """One part's lines: title, summary with machine and date, the samples table and the growth line."""
+    samples = [Sample(**s) for s in r["samples"]]
+    return [
+        title,
+        "",
+        f"{summary} Machine: {r['machine']}; {r['date']}.",
+        "",
+        f"| {unit} | RSS (MB) | open files |",
+        "|---:|---:|---:|",
+        *[f"| {at.format(s.at)} | {rss.format(s.rss_mb)} | {s.open_files} |" for s in samples],
+        "",
+        growth_line(samples, per, scale),
+        "",
+    ]
+
+
 def render(results: dict) -> str:
     lines = [
         "# Soak: memory and open files over long runs",
@@ -230,43 +247,21 @@ def render(results: dict) -> str:
     ]
     if "recording" in results:
         r = results["recording"]
-        samples = [Sample(**s) for s in r["samples"]]
-        lines += [
-            "## Recording: episodes into the store",
-            "",
-            (
-                f"{r['episodes']:,} episodes of a traced agent, one recorded chat call each (openai "
-                f"capture, token ids), appended to an `EpisodeStore` ({r['stored']:,} stored, "
-                f"{r['store_mb']:.0f} MB): "
-                f"{r['episodes_per_s']:.0f} episodes/s. Machine: {r['machine']}; {r['date']}."
-            ),
-            "",
-            "| episodes | RSS (MB) | open files |",
-            "|---:|---:|---:|",
-            *[f"| {s.at:,.0f} | {s.rss_mb:.1f} | {s.open_files} |" for s in samples],
-            "",
-            growth_line(samples, "per 10,000 episodes", 10_000),
-            "",
-        ]
+        summary = (
+            f"{r['episodes']:,} episodes of a traced agent, one recorded chat call each (openai "
+            f"capture, token ids), appended to an `EpisodeStore` ({r['stored']:,} stored, "
+            f"{r['store_mb']:.0f} MB): {r['episodes_per_s']:.0f} episodes/s."
+        )
+        lines += section("## Recording: episodes into the store", summary, r, "episodes", "per 10,000 episodes",
+                         10_000, at="{:,.0f}", rss="{:.1f}")  # fmt: skip
     if "training" in results:
         r = results["training"]
-        samples = [Sample(**s) for s in r["samples"]]
-        lines += [
-            "## Training: the quickstart agent for many steps",
-            "",
-            (
-                f"{r['steps']} GRPO steps of the calculator agent (AutoGen, vLLM engine, bundled model), "
-                f"{r['wall_s'] / 60:.0f} minutes; peak RSS {r['peak_rss_mb']:.0f} MB. "
-                f"Machine: {r['machine']}; {r['date']}."
-            ),
-            "",
-            "| step | RSS (MB) | open files |",
-            "|---:|---:|---:|",
-            *[f"| {s.at:.0f} | {s.rss_mb:.0f} | {s.open_files} |" for s in samples],
-            "",
-            growth_line(samples, "per step", 1),
-            "",
-        ]
+        summary = (
+            f"{r['steps']} GRPO steps of the calculator agent (AutoGen, vLLM engine, bundled model), "
+            f"{r['wall_s'] / 60:.0f} minutes; peak RSS {r['peak_rss_mb']:.0f} MB."
+        )
+        lines += section("## Training: the quickstart agent for many steps", summary, r, "step", "per step", 1,
+                         at="{:.0f}", rss="{:.0f}")  # fmt: skip
     return "\n".join(lines)
 
 
