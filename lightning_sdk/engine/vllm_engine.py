@@ -63,7 +63,8 @@ class VLLMEngine(EngineBase):
             is planned for the thread count at start, so the engine keeps that count whenever it steps.
         gpu_memory_utilization: Share of GPU memory vLLM may use (GPU only; leave room for training);
             default: `lightning_sdk.engine.placement.DEFAULT_GPU_MEMORY_SHARE`.
-        engine_kwargs: Further `vllm.EngineArgs` fields. Under torchrun, `distributed_executor_backend`
+        engine_kwargs: Further `vllm.EngineArgs` fields. `structured_outputs_config` defaults to compact JSON
+            (see `_compact_json_outputs`). Under torchrun, `distributed_executor_backend`
             defaults to `"external_launcher"` (`lightning_sdk.engine.placement`): each rank's engine on the
             GPU of its local rank, in the job's process group.
     """
@@ -87,6 +88,7 @@ class VLLMEngine(EngineBase):
                                       {"gpu_memory_utilization": gpu_memory_utilization}))  # fmt: skip
         if placement.executor_backend is not None:
             engine_kwargs.setdefault("distributed_executor_backend", placement.executor_backend)
+        engine_kwargs.setdefault("structured_outputs_config", _compact_json_outputs())
         self.model: ResolvedModel = model if isinstance(model, ResolvedModel) else resolve_model(model)
         import_vllm()
         from vllm import EngineArgs
@@ -341,6 +343,19 @@ class VLLMEngine(EngineBase):
 # once share them, and shutting one down left the other failing every request ("pipeline model parallel
 # group is not initialized"); one engine after another works.
 _running_engines: weakref.WeakSet[VLLMEngine] = weakref.WeakSet()
+
+
+def _compact_json_outputs() -> Any:
+    """Structured outputs without free whitespace: JSON with only the standard separators.
+
+    A JSON grammar that allows whitespace anywhere lets a small model at temperature 1 wander into a run of
+    newlines that never ends, so a bounded schema still ran out of `max_tokens` now and then. Compact JSON
+    ends within a length the schema decides. vLLM only offers this with a named backend; llguidance takes
+    the widest range of JSON Schema of vLLM's backends ("auto" tries xgrammar, then falls back to it).
+    """
+    from vllm.config import StructuredOutputsConfig
+
+    return StructuredOutputsConfig(backend="guidance", disable_any_whitespace=True)
 
 
 def _refuse_a_second_engine() -> None:
