@@ -1,8 +1,9 @@
 """The OpenAI-compatible FastAPI app over any `Engine`.
 
-Endpoints: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions` (all with a bearer key),
-and `GET /health` and `GET /openapi.json` (no key). Every error is an OpenAI error object with a 4xx/5xx status; the app never
-leaves a connection hanging when the engine fails.
+Endpoints: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/responses`
+(all with a bearer key), and `GET /health` and `GET /openapi.json` (no key). Any other `/v1/...` request
+passes through to an upstream API, or gets a 404 that says how to name one. Every error is an OpenAI error
+object with a 4xx/5xx status; the app never leaves a connection hanging when the engine fails.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext, run_engine
 from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.openapi import openapi_document
+from lightning_sdk.serving.passthrough import SERVE_UPSTREAM_SETTING, install_passthrough_route
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.responses import (
     ResponseMeta,
@@ -33,6 +35,7 @@ from lightning_sdk.serving.responses import (
 from lightning_sdk.serving.responses_api import install_responses_routes
 from lightning_sdk.serving.schemas import ChatRequest, CompletionRequest, requested_top_logprobs
 from lightning_sdk.serving.streaming import chat_events, completion_events, first_and_rest, merged_streams
+from lightning_sdk.serving.upstream import Upstream
 
 __all__ = ["MODEL_ALIASES", "RouteInstaller", "create_app"]
 
@@ -50,11 +53,15 @@ def create_app(
     default_max_tokens: int | None = None,
     sampling_policy: SamplingPolicy | None = None,
     routes: Sequence[RouteInstaller] = (),
+    upstream: Upstream | None = None,
+    upstream_setting: str = SERVE_UPSTREAM_SETTING,
 ) -> FastAPI:
     """Build the app. `api_key=None` turns authentication off (for trusted local use only).
 
     `sampling_policy` lets the owner (the trainer) override every request's sampling between phases;
-    `routes` add more routes behind the same key (the trainer's runner protocol).
+    `routes` add more routes behind the same key (the trainer's runner protocol). Other `/v1/...`
+    requests go to `upstream` (`lightning_sdk.serving.passthrough`), or get a 404 that ends with
+    `upstream_setting`: how the owner names an upstream.
     """
     ctx = ServingContext(engine, api_key, model_name or engine.model.name, default_max_tokens,
                          sampling_policy or SamplingPolicy())  # fmt: skip
@@ -66,6 +73,7 @@ def create_app(
     install_responses_routes(app, ctx)
     for install in routes:
         install(app, ctx.authorize)
+    install_passthrough_route(app, ctx.authorize, upstream, upstream_setting)  # last: it takes any /v1/ path
     return app
 
 

@@ -33,6 +33,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Completion length when a request sets no max_tokens (default: rest of the context).",
     )
+    parser.add_argument(
+        "--upstream",
+        default=None,
+        metavar="URL",
+        help="OpenAI-compatible API (base URL with /v1) that receives the requests this server does not "
+        "serve, such as /v1/embeddings; its key is read from OPENAI_API_KEY (default: none, such requests "
+        "get a 404).",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -48,11 +56,14 @@ def run_serve(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=args.api_key,
         default_max_tokens=args.max_tokens,
+        upstream=args.upstream,
         **options,
     )
     endpoint = handle.endpoint
     print(f"Serving {endpoint.model} at {endpoint.base_url}  (Ctrl+C to stop)")
     print(f"  export OPENAI_BASE_URL={endpoint.base_url}")
     print(f"  export OPENAI_API_KEY={endpoint.api_key}")
+    if args.upstream:
+        print(f"Other /v1 requests (embeddings, ...) pass through to {args.upstream}")
     handle.wait()
     return 0

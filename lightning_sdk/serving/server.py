@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import socket
 import threading
@@ -18,6 +19,7 @@ from lightning_sdk.serving.policy import SamplingPolicy
 
 if TYPE_CHECKING:
     from lightning_sdk.serving.app import RouteInstaller
+    from lightning_sdk.serving.upstream import Upstream
 
 __all__ = ["ServerHandle", "serve", "start_server"]
 
@@ -75,6 +77,8 @@ def start_server(
     startup_timeout: float = 30.0,
     sampling_policy: SamplingPolicy | None = None,
     routes: Sequence[RouteInstaller] = (),
+    upstream: Upstream | None = None,
+    upstream_setting: str | None = None,
 ) -> ServerHandle:
     """Serve an existing engine in a background thread and return once it accepts connections.
 
@@ -90,15 +94,20 @@ def start_server(
         startup_timeout: Seconds to wait for the server to come up.
         sampling_policy: Server-side sampling overrides (the trainer's rollout and evaluation settings).
         routes: More routes behind the same key (`lightning_sdk.serving.app.RouteInstaller`).
+        upstream: Where other `/v1/...` requests (`/v1/embeddings`, ...) go (`lightning_sdk.serving.Upstream`);
+            without one they get a 404 whose message ends with `upstream_setting`.
+        upstream_setting: How the caller names an upstream (default: `serve(upstream=...)` and `--upstream`).
     """
     import uvicorn
 
     from lightning_sdk.serving.app import create_app
+    from lightning_sdk.serving.passthrough import SERVE_UPSTREAM_SETTING
 
     key = api_key or f"sk-local-{secrets.token_urlsafe(24)}"
     app = create_app(
         engine, api_key=key, model_name=model_name, default_max_tokens=default_max_tokens,
-        sampling_policy=sampling_policy, routes=routes,
+        sampling_policy=sampling_policy, routes=routes, upstream=upstream,
+        upstream_setting=upstream_setting or SERVE_UPSTREAM_SETTING,
     )  # fmt: skip
     sock = _listening_socket(host, port)
     config = uvicorn.Config(
@@ -138,6 +147,7 @@ def serve(
     api_key: str | None = None,
     block: bool = False,
     default_max_tokens: int | None = None,
+    upstream: Upstream | str | None = None,
     **engine_options: Any,
 ) -> ServerHandle:
     """Serve a model (and optionally a trained LoRA adapter) through an OpenAI-compatible endpoint.
@@ -158,13 +168,19 @@ def serve(
         api_key: Bearer key; random when not given (read it from `handle.endpoint.api_key`).
         block: Serve until Ctrl+C instead of returning the handle right away.
         default_max_tokens: Completion length when a request sets no `max_tokens`.
+        upstream: An OpenAI-compatible API for the requests this server does not serve (`/v1/embeddings`,
+            ...): an `Upstream`, or a base URL whose key is read from `OPENAI_API_KEY`. Without one such
+            requests get a 404 that says so.
         engine_options: Passed to the engine (`max_model_len`, `dtype`, ...).
 
     Returns:
         A `ServerHandle`; `stop()` shuts down the server and its engine.
     """
     from lightning_sdk.engine.factory import create_engine
+    from lightning_sdk.serving.upstream import Upstream
 
+    if isinstance(upstream, str):
+        upstream = Upstream(upstream.rstrip("/"), os.environ.get("OPENAI_API_KEY"))
     if port:  # a taken port should fail now, not after the model has loaded
         _listening_socket(host, port).close()
     built = create_engine(model, engine=engine, **engine_options)
@@ -178,6 +194,7 @@ def serve(
             api_key=api_key,
             owns_engine=True,
             default_max_tokens=default_max_tokens,
+            upstream=upstream,
         )
     except BaseException:
         built.shutdown()

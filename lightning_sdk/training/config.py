@@ -99,6 +99,14 @@ class TrainerConfig:
     """Episodes running at the same time during a rollout."""
     episode_timeout_s: float = 300.0
     """Seconds one episode may run before it is cancelled and counted as failed."""
+    upstream_base_url: str | None = None
+    """Where the agent's OpenAI requests that the policy does not serve (`/v1/embeddings`, moderations,
+    files, ...) go during training, passed through unchanged with the key in `upstream_api_key_env`.
+    `None`: the API the agent would have called without the trainer, `OPENAI_BASE_URL` of the environment
+    `fit` starts in (or api.openai.com when only the key is set); with neither, such requests get a 404 that
+    names this option."""
+    upstream_api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable that holds the upstream's key (read when the run starts, never saved)."""
     runners: Runners | None = None
     """Where the agent runs: `None` in this process (the default), or `Runners(...)`: in runner processes
     this trainer starts, or that you start on this or other machines (see `lightning_sdk.Runners`)."""

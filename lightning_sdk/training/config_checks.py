@@ -193,6 +193,18 @@ def _check_runners(config: Any) -> str | None:
     return None
 
 
+def _check_upstream(config: Any) -> str | None:
+    url = config.upstream_base_url
+    if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        return (
+            f"upstream_base_url={url!r} must be an http(s) base URL ending in /v1 (e.g. "
+            "'https://api.openai.com/v1'), or None for the API of the environment the run starts in."
+        )
+    if not isinstance(config.upstream_api_key_env, str) or not config.upstream_api_key_env:
+        return f"upstream_api_key_env={config.upstream_api_key_env!r} must name an environment variable."
+    return None
+
+
 _CHECKS: list[Check] = [
     _check_int_fields,
     _check_limits,
@@ -231,4 +243,5 @@ _CHECKS: list[Check] = [
     _choice("weight_sync", ("auto", "merged", "lora")),
     _check_report_to,
     _check_runners,
+    _check_upstream,
 ]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.upstream import Upstream
 from lightning_sdk.tracing.decorators import trace_agent
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
 from lightning_sdk.training.config import TrainerConfig
@@ -93,7 +94,8 @@ class TrainingSession:
         try:
             sampling = SamplingPolicy(accept_any_model=True)
             server = start_server(engine, owns_engine=owns_engine, sampling_policy=sampling, routes=routes,
-                                  host=host, port=port)  # fmt: skip
+                                  host=host, port=port, upstream=_upstream(config),
+                                  upstream_setting=TRAINER_UPSTREAM_SETTING)  # fmt: skip
         except BaseException:
             if owns_engine:
                 engine.shutdown()
@@ -373,6 +375,22 @@ class TrainingSession:
             self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()
         self.distributed.close()
+
+
+TRAINER_UPSTREAM_SETTING = (
+    "Set TrainerConfig(upstream_base_url=...) (its key is read from OPENAI_API_KEY), or start training where "
+    "OPENAI_BASE_URL or OPENAI_API_KEY names the API the agent uses without the trainer."
+)
+
+
+def _upstream(config: TrainerConfig) -> Upstream | None:
+    """The API that receives the agent's requests the policy does not serve (see `upstream_base_url`)."""
+    if config.upstream_base_url is not None:
+        return Upstream(config.upstream_base_url.rstrip("/"), os.environ.get(config.upstream_api_key_env))
+    upstream = Upstream.from_environment(key_variable=config.upstream_api_key_env)
+    if upstream is not None:
+        log.info("the agent's requests for other OpenAI routes pass through to %s", upstream.base_url)
+    return upstream
 
 
 def _runner_protocol(config: TrainerConfig, distributed: Distributed) -> tuple[Any, list[Any], str, int]:
