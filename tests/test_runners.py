@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 import lightning_sdk as ls
@@ -35,14 +36,16 @@ def repository_importable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def protocol_server(vllm_engine: Any) -> Any:
-    """The runner protocol on a server over the shared engine, with a short lease for quick re-issues."""
-    from lightning_sdk.serving import start_server
+def protocol_server(vllm_engine: Any, openai_server: Any) -> Any:
+    """The runner protocol on a server over the shared engine, with a short lease for quick re-issues; the
+    test server is its upstream for routes it does not serve."""
+    from lightning_sdk.serving import Upstream, start_server
 
     queue = RolloutQueue(lease_timeout_s=3.0, episode_timeout_s=120.0, max_attempts=3)
     server = start_server(
-        vllm_engine, routes=[lambda app, authorize: install_rollout_routes(app, authorize, queue)]
-    )
+        vllm_engine, routes=[lambda app, authorize: install_rollout_routes(app, authorize, queue)],
+        upstream=Upstream(openai_server.base_url, openai_server.api_key),
+    )  # fmt: skip
     yield queue, server
     queue.close("test over")
     server.stop()
@@ -275,6 +278,35 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
     assert second.completion_token_ids == streamed_ids and second.prompt_token_ids == first.prompt_token_ids
     assert (first.reward, second.reward) == (0.5, None)
     assert {call.agent_name for call in episode.calls} == {"curl-agent"}
+
+
+def test_gateway_records_responses_calls_and_passes_embeddings_through(protocol_server, openai_server) -> None:
+    # An agent on the Responses API that also embeds with OpenAI, pointed at its lease's gateway base URL.
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    http = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    [rollout_id] = queue.submit([RolloutSpec("r0", {"question": "What is 2 + 2?"})])
+    lease = http.post("/v1/rollouts/lease", json={"runner": "responses", "wait_s": 1}).json()
+    client = openai.OpenAI(base_url=lease["gateway_base_url"], api_key=key, max_retries=0)
+    embedded = client.embeddings.create(model="text-embedding-3-small", input="2 + 2")
+    assert embedded.data[0].embedding == [0.05, 0.2] and len(openai_server.requests) == 1
+    whole = client.responses.create(model="default", input=lease["task"]["question"], max_output_tokens=8,
+                                    temperature=0)  # fmt: skip
+    events = list(client.responses.create(model="default", input="Name a colour.", max_output_tokens=8,
+                                          temperature=0, stream=True))  # fmt: skip
+    streamed = events[-1].response  # response.completed, or response.incomplete when cut at 8 tokens
+    gone = openai.OpenAI(base_url=f"{root}/rollouts/r0/not-the-lease/v1", api_key=key, max_retries=0)
+    with pytest.raises(openai.ConflictError):
+        gone.embeddings.create(model="m", input="x")  # a lost lease is refused before anything passes through
+    assert len(openai_server.requests) == 1
+    done = http.post(f"/v1/rollouts/{rollout_id}/reward", json={"lease_id": lease["lease_id"], "reward": 1.0})
+    assert done.json() == {"stored": True, "calls": 2}  # the two Responses calls; the embedding is not one
+    [outcome] = queue.wait([rollout_id], timeout_s=5)
+    first, second = ls.Episode.from_dict(outcome.episode).calls
+    assert first.metadata["api"] == "responses" and first.text == whole.output_text
+    assert first.completion_token_ids == whole.output[0].model_extra["token_ids"]  # the exact ids it served
+    assert second.text == streamed.output_text and second.completion_token_ids
+    assert first.prompt_token_ids and first.trainable and second.trainable
 
 
 def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(

@@ -9,16 +9,23 @@ one per recorded call) to `/v1/rollouts/<rollout id>/reward`, which completes th
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from lightning_sdk.rollouts.queue import RolloutQueue
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.openai_calls import StreamAssembler, calls_from_response, request_record
+from lightning_sdk.tracing.openai_responses import (
+    ResponsesStreamAssembler,
+    calls_from_responses_api,
+    responses_request_record,
+)
 
 __all__ = ["GatewayRecorder", "RewardReport", "parse_reward_report"]
 
@@ -64,23 +71,27 @@ class GatewayRecorder:
         """Raise `UnknownRollout` / `LeaseLost` unless the lease holds the rollout; renews it."""
         self._queue.renew(rollout_id, lease_id)
 
-    def template(self, kind: str, body: dict[str, Any], base_url: str) -> LLMCall:
-        """The request half of a call's record."""
-        return request_record(kind, body, base_url, time.time())
+    def template(self, api: str, body: dict[str, Any], base_url: str) -> LLMCall:
+        """The request half of a call's record; `api` is "chat", "completion" or "responses"."""
+        if api == "responses":
+            return responses_request_record(body, base_url, time.time())
+        return request_record(api, body, base_url, time.time())
 
     def record_response(
-        self, rollout_id: str, lease_id: str, template: LLMCall, response: dict[str, Any]
+        self, rollout_id: str, lease_id: str, api: str, template: LLMCall, response: dict[str, Any]
     ) -> None:
-        """Record a whole response (a chat or text completion as the app returned it)."""
-        self._add(
-            rollout_id, lease_id, calls_from_response(template, _openai_object(template.kind, response))
-        )
+        """Record a whole response (a chat or text completion, or a Response, as the app returned it)."""
+        whole = _openai_object(api, response)
+        if api == "responses":
+            self._add(rollout_id, lease_id, calls_from_responses_api(template, whole))
+        else:
+            self._add(rollout_id, lease_id, calls_from_response(template, whole))
 
     async def record_stream(
-        self, rollout_id: str, lease_id: str, template: LLMCall, events: AsyncIterator[Any]
+        self, rollout_id: str, lease_id: str, api: str, template: LLMCall, events: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
         """Pass a stream's server-sent events through, recording what was sent once it ends."""
-        assembler = StreamAssembler(template)
+        assembler: Any = ResponsesStreamAssembler(template) if api == "responses" else StreamAssembler(template)
         closed_early = True
         try:
             async for event in events:
@@ -88,7 +99,7 @@ class GatewayRecorder:
                 text = event.decode() if isinstance(event, bytes) else str(event)
                 for line in text.splitlines():
                     if line.startswith("data: ") and line != "data: [DONE]":
-                        assembler.add(_openai_object(template.kind, line[len("data: ") :], chunk=True))
+                        assembler.add(_openai_object(api, line[len("data: ") :], chunk=True))
             closed_early = False
         finally:
             self._add(rollout_id, lease_id, assembler.calls(closed_early=closed_early))
@@ -127,16 +138,27 @@ class GatewayRecorder:
             episode.calls.extend(calls)
 
 
-def _openai_object(kind: str, data: Any, chunk: bool = False) -> Any:
-    """The app's JSON as the openai client's pydantic object (the capture's record builders read those)."""
+def _openai_object(api: str, data: Any, chunk: bool = False) -> Any:
+    """The app's JSON as the openai client's objects, which the capture's record builders read.
+
+    Built without validation, as the openai client builds what it receives: recording must never turn a
+    call that was served into an error because a newer openai release requires a field the app omits.
+    """
     from openai.types import Completion
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.responses import Response
 
-    if kind == "chat":
-        cls: Any = ChatCompletionChunk if chunk else ChatCompletion
-    else:
-        cls = Completion
-    return cls.model_validate_json(data) if isinstance(data, str) else cls.model_validate(data)
+    payload = json.loads(data) if isinstance(data, str) else data
+    if api != "responses":
+        cls: Any = (ChatCompletionChunk if chunk else ChatCompletion) if api == "chat" else Completion
+        return cls.construct(**payload)
+    if not chunk:
+        return Response.construct(**payload)
+    # A stream event: the recorder reads its type, its text delta and the whole response of the last one.
+    event = dict(payload)
+    if isinstance(event.get("response"), dict):
+        event["response"] = Response.construct(**event["response"])
+    return SimpleNamespace(**event)
 
 
 def _finite(value: Any) -> bool:

@@ -9,8 +9,9 @@
   rollout is no longer leased under this lease; 404 for a rollout that is not open.
 - `GET /v1/rollouts`: how many open rollouts are pending, leased and done.
 - The gateway (`lightning_sdk.rollouts.gateway`), for agents that do not record themselves:
-  `POST /rollouts/<id>/<lease id>/v1/chat/completions` (and `/completions`, `GET .../models`) answer as
-  `/v1` does and record the call into the lease's episode; `POST /v1/rollouts/<id>/reward`
+  `POST /rollouts/<id>/<lease id>/v1/chat/completions` (and `/completions`, `/responses`, `GET .../models`)
+  answer as `/v1` does and record the call into the lease's episode; other routes under that base URL (an
+  agent's embeddings) pass through as on `/v1` and are not recorded; `POST /v1/rollouts/<id>/reward`
   `{"lease_id", "reward", "step_rewards"?, "output"?, "error"?, "name"?}` completes the rollout.
 
 Every error is an OpenAI-style error object; nothing already stored changes on a refused request.
@@ -30,6 +31,7 @@ from fastapi.responses import Response, StreamingResponse
 from lightning_sdk.rollouts.gateway import GatewayRecorder, parse_reward_report
 from lightning_sdk.rollouts.queue import LeaseLost, RolloutQueue, UnknownRollout
 from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.passthrough import PASSTHROUGH_METHODS, passthrough_endpoint
 from lightning_sdk.tracing.episode import Episode
 
 __all__ = ["MAX_EPISODE_BYTES", "MAX_LEASE_WAIT_S", "install_rollout_routes"]
@@ -116,7 +118,7 @@ def _install_gateway(app: FastAPI, authorize: Callable[[Request], None], queue: 
         for method in getattr(route, "methods", ())
     }
 
-    def recorded(kind: str, path: str) -> Callable[..., Any]:
+    def recorded(api: str, path: str) -> Callable[..., Any]:
         serve = own[(path, "POST")]
 
         async def gateway_route(rollout_id: str, lease_id: str, request: Request) -> Any:
@@ -125,14 +127,14 @@ def _install_gateway(app: FastAPI, authorize: Callable[[Request], None], queue: 
                 recorder.check(rollout_id, lease_id)
             body = await _json_object(request, MAX_EPISODE_BYTES)
             base_url = str(request.base_url).rstrip("/") + f"/rollouts/{rollout_id}/{lease_id}/v1"
-            template = recorder.template(kind, body, base_url)
+            template = recorder.template(api, body, base_url)
             response = await serve(request)  # the body was read above; Starlette hands it out again
             if isinstance(response, StreamingResponse):
                 response.body_iterator = recorder.record_stream(
-                    rollout_id, lease_id, template, response.body_iterator
+                    rollout_id, lease_id, api, template, response.body_iterator
                 )
             else:
-                recorder.record_response(rollout_id, lease_id, template, response)
+                recorder.record_response(rollout_id, lease_id, api, template, response)
             return response
 
         return gateway_route
@@ -141,11 +143,22 @@ def _install_gateway(app: FastAPI, authorize: Callable[[Request], None], queue: 
         recorded("chat", "/v1/chat/completions")
     )
     app.post("/rollouts/{rollout_id}/{lease_id}/v1/completions")(recorded("completion", "/v1/completions"))
+    app.post("/rollouts/{rollout_id}/{lease_id}/v1/responses")(recorded("responses", "/v1/responses"))
     models = own[("/v1/models", "GET")]
 
     @app.get("/rollouts/{rollout_id}/{lease_id}/v1/models")
     async def gateway_models(rollout_id: str, lease_id: str, request: Request) -> Any:
         return await models(request)
+
+    @app.api_route("/rollouts/{rollout_id}/{lease_id}/v1/{path:path}", methods=PASSTHROUGH_METHODS,
+                   include_in_schema=False)  # fmt: skip
+    async def gateway_other(rollout_id: str, lease_id: str, path: str, request: Request) -> Any:
+        # Not a policy call (an agent's embeddings, say): answered as on /v1, so passed through to the
+        # upstream or refused there, and not recorded. The lease must still be held.
+        authorize(request)
+        with _protocol_errors():
+            recorder.check(rollout_id, lease_id)
+        return await passthrough_endpoint(app)(request, path)
 
     @app.post("/v1/rollouts/{rollout_id}/reward")
     async def reward(rollout_id: str, request: Request) -> Any:

@@ -11,8 +11,8 @@ Pass-through requests are not LLM calls of the policy: the recorder never sees t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
@@ -24,7 +24,8 @@ from lightning_sdk.serving.upstream import Upstream
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["SERVE_UPSTREAM_SETTING", "install_passthrough_route"]
+__all__ = ["PASSTHROUGH_METHODS", "PASSTHROUGH_PATH", "SERVE_UPSTREAM_SETTING", "install_passthrough_route",
+           "passthrough_endpoint"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,10 @@ log = logging.getLogger(__name__)
 _REQUEST_HEADERS_NOT_FORWARDED = frozenset({"host", "authorization", "content-length", "connection",
                                             "keep-alive", "transfer-encoding", "upgrade"})  # fmt: skip
 _ANSWER_HEADERS_NOT_FORWARDED = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding"})
-_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+"""The methods passed through."""
+PASSTHROUGH_PATH = "/v1/{path:path}"
+"""The route that takes every `/v1/...` path no earlier route took."""
 _LOOP_MARK = "x-lightning-sdk-passed-through"  # set on what we forward; an upstream that is us sends it back
 
 SERVE_UPSTREAM_SETTING = (
@@ -52,7 +56,7 @@ def install_passthrough_route(
     the 404's message (the setting that names an upstream where this app runs: a trainer option, a flag).
     """
 
-    @app.api_route("/v1/{path:path}", methods=_METHODS, include_in_schema=False)
+    @app.api_route(PASSTHROUGH_PATH, methods=PASSTHROUGH_METHODS, include_in_schema=False)
     async def passthrough(request: Request, path: str) -> StreamingResponse:
         authorize(request)  # our key first: the upstream's key is never lent to a caller without ours
         if upstream is None:
@@ -68,6 +72,15 @@ def install_passthrough_route(
                                 "server: the upstream must be another API, not this endpoint.",
                            type="server_error", code="upstream_loop")  # fmt: skip
         return await _forward(request, upstream, path)
+
+
+def passthrough_endpoint(app: FastAPI) -> Callable[[Request, str], Awaitable[Any]]:
+    """The app's pass-through handler, `handler(request, path)`, for routes that end in it (the runner
+    gateway's per-lease base URLs); looked up when called, since it is installed after them."""
+    for route in app.routes:
+        if getattr(route, "path", None) == PASSTHROUGH_PATH:
+            return route.endpoint  # type: ignore[attr-defined, no-any-return]
+    raise RuntimeError("the app has no pass-through route (install_passthrough_route was not called)")
 
 
 async def _forward(request: Request, upstream: Upstream, path: str) -> StreamingResponse:

@@ -210,7 +210,7 @@ def _response(
         "metadata": req.metadata or {},
         "usage": {
             "input_tokens": len(prompt_token_ids),
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": len(prompt_token_ids) + output_tokens,
