@@ -192,47 +192,64 @@ def task_about(tasks: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return next(t for t in tasks if t["kind"] == kind)
 
 
-async def run_agent(server: OpenAITestServer, task: dict[str, Any]) -> ls.Episode:
-    endpoint = ls.LLMEndpoint(server.base_url, server.api_key, "test-model")
+async def run_agent(server: OpenAITestServer, task: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ls.Episode:
+    # As the trainer does: the environment points the SDK's default client at the server.
+    for name, value in ls.LLMEndpoint(server.base_url, server.api_key, "test-model").env.items():
+        monkeypatch.setenv(name, value)
     with ls.capture() as episodes:
-        await rag_agent(task, llm=endpoint)
+        await rag_agent(task)
     return episodes[0]
 
 
 async def test_agent_searches_answers_and_is_scored(
-    openai_server: OpenAITestServer, world_tasks: Any, agents_instrumentation: None
+    openai_server: OpenAITestServer, world_tasks: Any, agents_instrumentation: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     task = task_about(world_tasks[1], "founder")
     openai_server.queue(
         Reply(tool_calls=[{"name": "search", "arguments": {"query": task["subject"]}}]),
         Reply(f"It was {task['answer']}."),
     )
-    episode = await run_agent(openai_server, task)
+    episode = await run_agent(openai_server, task, monkeypatch)
 
     assert episode.name == "rag_agent" and episode.output == f"It was {task['answer']}."
     assert episode.reward == pytest.approx(token_f1(episode.output, task["answer"])) and episode.reward > 0.5
     assert [call.agent_name for call in episode.calls] == [AGENT_NAME, AGENT_NAME]
+    # The SDK's default model class: the Responses API.
     first, second = openai_server.requests
-    assert first["tool_choice"] == {"type": "function", "function": {"name": "search"}}
-    assert "tool_choice" not in second  # the SDK lets the model answer after the search
-    # The system prompt, the worked examples (four chat messages each: question, search, result, answer),
-    # then the question.
-    assert len(first["messages"]) == 1 + len(demonstration()) + 1
-    assert first["messages"][-1] == {"role": "user", "content": task["question"]}
-    tool_result = second["messages"][-1]
-    assert tool_result["role"] == "tool" and f"founded by {task['answer']}" in tool_result["content"]
+    assert first["tool_choice"] == {"type": "function", "name": "search"}
+    assert second.get("tool_choice") in (None, "auto")  # the SDK lets the model answer after the search
+    # The worked examples (four input items each: question, search, result, answer), then the question.
+    assert first["instructions"] and len(first["input"]) == len(demonstration()) + 1
+    assert first["input"][-1] == {"role": "user", "content": task["question"]}
+    tool_result = second["input"][-1]
+    assert tool_result["type"] == "function_call_output" and f"founded by {task['answer']}" in tool_result["output"]
 
 
 async def test_agent_that_never_answers_scores_zero(
-    openai_server: OpenAITestServer, world_tasks: Any, agents_instrumentation: None
+    openai_server: OpenAITestServer, world_tasks: Any, agents_instrumentation: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     task = task_about(world_tasks[1], "year")
     openai_server.queue(*[Reply(tool_calls=[{"name": "search", "arguments": {"q": "x"}}])] * MAX_TURNS)
-    episode = await run_agent(openai_server, task)
+    episode = await run_agent(openai_server, task, monkeypatch)
 
     assert episode.output == "" and episode.reward == 0.0 and episode.error is None
     assert len(episode.calls) == MAX_TURNS
-    assert openai_server.requests[1]["messages"][-1]["content"] == SEARCH_USAGE
+    assert openai_server.requests[1]["input"][-1]["output"] == SEARCH_USAGE
+
+
+async def test_an_answer_cut_by_max_tokens_scores_zero_and_is_not_a_failure(
+    openai_server: OpenAITestServer, world_tasks: Any, agents_instrumentation: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Responses API ends such a reply as "incomplete", and the SDK raises on it; the agent scores it 0.
+    task = task_about(world_tasks[1], "founder")
+    openai_server.queue(
+        Reply(tool_calls=[{"name": "search", "arguments": {"query": task["subject"]}}]),
+        Reply("It was founded by someone whose name takes far more than thirty-two tokens to write out."),
+    )
+    episode = await run_agent(openai_server, task, monkeypatch)
+
+    assert episode.error is None and episode.output == "" and episode.reward == 0.0
+    assert [call.finish_reason for call in episode.calls] == ["tool_calls", "length"]
 
 
 # --- training (slow) ----------------------------------------------------------------------------------

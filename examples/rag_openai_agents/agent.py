@@ -21,16 +21,8 @@ import json
 import os
 from typing import Any
 
-from agents import (
-    Agent,
-    FunctionTool,
-    MaxTurnsExceeded,
-    ModelSettings,
-    OpenAIChatCompletionsModel,
-    Runner,
-)
+from agents import Agent, FunctionTool, MaxTurnsExceeded, ModelBehaviorError, ModelSettings, Runner
 from agents.tool_context import ToolContext
-from openai import AsyncOpenAI
 
 import lightning_sdk as ls
 from lightning_sdk.examples.rag_openai_agents.scoring import token_f1
@@ -102,12 +94,12 @@ search = FunctionTool(
 """The search tool: the best `RESULTS_PER_SEARCH` entries of the run's `Corpus` (the run context)."""
 
 
-def build_agent(client: AsyncOpenAI, model: str) -> Agent[Corpus]:
-    """The researcher agent on `client` (any OpenAI-compatible server)."""
+def build_agent(model: str) -> Agent[Corpus]:
+    """The researcher agent on the SDK's default model class (the Responses API, at `OPENAI_BASE_URL`)."""
     return Agent[Corpus](
         name=AGENT_NAME,
         instructions=INSTRUCTIONS,
-        model=OpenAIChatCompletionsModel(model=model, openai_client=client),
+        model=model,
         tools=[search],
         # The first turn must search; the SDK resets this after the call (reset_tool_choice=True).
         model_settings=ModelSettings(tool_choice="search", max_tokens=MAX_TOKENS),
@@ -121,26 +113,26 @@ def answer_f1(task: dict[str, Any], answer: str | None) -> float:
 
 
 @ls.trace_agent(name="rag_agent")
-async def rag_agent(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> str:
+async def rag_agent(task: dict[str, Any]) -> str:
     """Answer `task["question"]` by searching the corpus at `task["corpus"]`; score the answer.
 
-    `llm` is the endpoint to use (the trainer passes its own); without it the client reads
-    OPENAI_BASE_URL / OPENAI_API_KEY and the model name from OPENAI_MODEL.
+    The SDK's client reads OPENAI_BASE_URL / OPENAI_API_KEY (the trainer points them at its own endpoint),
+    and the model name comes from OPENAI_MODEL.
     """
     instrument_openai_agents()  # idempotent: attribute each model call to the Agent that made it
     corpus = Corpus(task["corpus"])
-    if llm is not None:
-        client, model = llm.async_openai_client(max_retries=0), llm.model
-    else:
-        client, model = AsyncOpenAI(max_retries=0), os.environ.get("OPENAI_MODEL", "default")
-    async with client:
-        try:
-            conversation = [*demonstration(), {"role": "user", "content": task["question"]}]
-            result = await Runner.run(
-                build_agent(client, model), conversation, context=corpus, max_turns=MAX_TURNS
-            )
-            answer = str(result.final_output or "")
-        except MaxTurnsExceeded:
-            answer = ""  # kept searching without answering: scored 0, so the calls still teach
+    conversation = [*demonstration(), {"role": "user", "content": task["question"]}]
+    agent = build_agent(os.environ.get("OPENAI_MODEL", "default"))
+    try:
+        result = await Runner.run(agent, conversation, context=corpus, max_turns=MAX_TURNS)
+        answer = str(result.final_output or "")
+    except MaxTurnsExceeded:
+        answer = ""  # kept searching without answering: scored 0, so the calls still teach
+    except ModelBehaviorError as error:
+        # A reply cut by max_tokens ends the Responses API call as "incomplete", which the SDK raises. It is
+        # the model's doing, not a failure of the run: scored 0 like a wrong answer, so those calls teach too.
+        if "response.incomplete" not in str(error):
+            raise
+        answer = ""
     answer_f1(task, answer)
     return answer
