@@ -93,8 +93,8 @@ class TransformersEngine(EngineBase):
             raise ValueError(f"n={params.n} is above this engine's max_n={self.max_n}.")
         if params.structured:
             raise ValueError(
-                "Structured outputs (a JSON schema or JSON object response format) need the vLLM engine, "
-                "which constrains decoding; the transformers engine cannot. Serve with engine='vllm'."
+                "Structured outputs (a JSON schema or JSON object response format, or a grammar) need the vLLM "
+                "engine, which constrains decoding; the transformers engine cannot. Serve with engine='vllm'."
             )
         stream = RequestStream(asynchronous, copies=params.n // params.distinct_samples)
         self._post(("generate", list(prompt_token_ids), params, stream))

@@ -93,6 +93,8 @@ class SamplingParams:
     """Constrain the completion to JSON that validates against this schema (structured outputs)."""
     json_object: bool = False
     """Constrain the completion to a JSON object (any object)."""
+    grammar: str | None = None
+    """Constrain the completion to this grammar (the Lark dialect of llguidance); strict tool calls use it."""
     max_n: int = field(default=16, repr=False, compare=False)
     """Upper bound for `n` (a server setting, not a request field)."""
 
@@ -135,6 +137,11 @@ class SamplingParams:
             self.json_schema,
             "a JSON schema object, and not together with json_object",
         )
+        constraints = [self.json_schema is not None, self.json_object, self.grammar is not None]
+        _check(sum(constraints) <= 1, "constraint", self.structured_kind,
+               "at most one of json_schema, json_object and grammar")  # fmt: skip
+        _check(self.grammar is None or (isinstance(self.grammar, str) and bool(self.grammar.strip())),
+               "grammar", self.grammar, "a non-empty grammar")  # fmt: skip
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             _check(_is_number(value) and -2.0 <= value <= 2.0, name, value, "a number between -2 and 2")
@@ -152,8 +159,17 @@ class SamplingParams:
 
     @property
     def structured(self) -> bool:
-        """True when decoding is constrained to JSON (`json_schema` or `json_object`)."""
-        return self.json_schema is not None or self.json_object
+        """True when a grammar constrains decoding (`json_schema`, `json_object` or `grammar`)."""
+        return self.structured_kind is not None
+
+    @property
+    def structured_kind(self) -> str | None:
+        """Which constraint is set (the first, if several are), or `None`."""
+        if self.json_schema is not None:
+            return "json_schema"
+        if self.grammar is not None:
+            return "grammar"
+        return "json_object" if self.json_object else None
 
     @property
     def penalised(self) -> bool:

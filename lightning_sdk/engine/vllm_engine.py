@@ -167,6 +167,8 @@ class VLLMEngine(EngineBase):
             structured = StructuredOutputsParams(json=dict(params.json_schema))
         elif params.json_object:
             structured = StructuredOutputsParams(json_object=True)
+        elif params.grammar is not None:
+            structured = StructuredOutputsParams(grammar=params.grammar)
 
         return VLLMSamplingParams(
             n=params.distinct_samples,  # greedy n > 1: vLLM refuses it; the stream hands out copies

@@ -3,6 +3,7 @@ sampling parameters, and the chat preparation the chat and Responses routes have
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import logging
@@ -29,6 +30,7 @@ from lightning_sdk.serving.schemas import (
     sampling_params,
 )
 from lightning_sdk.serving.tool_calls import ParsedOutput, parse_tool_calls, validate_tools
+from lightning_sdk.serving.tool_grammar import tool_grammar
 
 __all__ = ["MODEL_ALIASES", "PreparedChat", "ServingContext", "run_engine"]
 
@@ -117,8 +119,25 @@ class ServingContext:
         prompt = render_chat(self.tokenizer, req.messages, tools, prefix)
         want_logprobs, top = requested_top_logprobs(req)
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        params = self.params_for(req, len(prompt), top, limit)
+        params = self._constrain_tool_calls(self.params_for(req, len(prompt), top, limit), tools, req)
         return PreparedChat(prompt, tools, prefix, params, want_logprobs, top)
+
+    def _constrain_tool_calls(
+        self, params: SamplingParams, tools: list[dict[str, Any]], req: ChatRequest
+    ) -> SamplingParams:
+        """`params` with the grammar of strict tool calls (`tool_grammar`), which also lets a call through
+        next to a JSON `response_format`. An engine that cannot constrain decoding serves the calls as the
+        model writes them: `strict` is a promise it cannot keep, but refusing would break every Agents
+        SDK tool (strict by default)."""
+        if not getattr(self.engine, "structured_outputs", False):
+            return params
+        content = dict(params.json_schema) if params.json_schema is not None else None
+        if params.json_object:
+            content = {"type": "object"}
+        grammar = tool_grammar(tools, req.tool_choice, content, parallel=bool(req.parallel_tool_calls))
+        if grammar is None:
+            return params
+        return dataclasses.replace(params, json_schema=None, json_object=False, grammar=grammar)
 
 
 async def run_engine(awaitable: Any) -> Any:

@@ -125,6 +125,7 @@ def to_chat_request(req: ResponsesRequest) -> ChatRequest:
         "messages": messages,
         "tools": tools or None,
         "tool_choice": _tool_choice(req.tool_choice),
+        "parallel_tool_calls": req.parallel_tool_calls,
         "max_tokens": req.max_output_tokens,
         "temperature": req.temperature,
         "top_p": req.top_p,

@@ -1,7 +1,7 @@
 """Request bodies of the OpenAI-compatible API, validated into plain objects and `SamplingParams`.
 
 Unknown fields are accepted and ignored, as OpenAI clients send many optional ones (`user`,
-`parallel_tool_calls`, ...). Fields that would change the output in a way this server cannot honour are
+`metadata`, ...). Fields that would change the output in a way this server cannot honour are
 rejected with a 400 instead of being silently ignored.
 """
 
@@ -54,6 +54,7 @@ class ChatRequest(_Request):
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
 
 

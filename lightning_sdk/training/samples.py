@@ -97,9 +97,12 @@ FORCED_LOGPROB = -1e-6
 
 
 def is_constrained(call: LLMCall) -> bool:
-    """Whether the call asked for structured output (a JSON `response_format`)."""
+    """Whether a grammar constrained the call: a JSON `response_format`, or a `strict` tool."""
     response_format = call.sampling.get("response_format")
-    return isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema")
+    if isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema"):
+        return True
+    return any(isinstance(tool, dict) and isinstance(tool.get("function"), dict) and tool["function"].get("strict")
+               for tool in call.tools or [])  # fmt: skip
 
 
 def _trained_mask(call: LLMCall) -> list[int]:

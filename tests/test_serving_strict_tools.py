@@ -1,0 +1,154 @@
+"""Strict tool calls: the grammars of `lightning_sdk.serving.tool_grammar`, run by llguidance (vLLM's grammar
+backend) on the bundled model's tokenizer, and the served behaviour on the real vLLM engine: every sampled
+answer keeps the format and the schema, whatever was sampled."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+import lightning_sdk as ls
+from lightning_sdk.serving.tool_grammar import tool_grammar
+from lightning_sdk.training.samples import build_samples
+
+# Bounded fields: every answer the grammar allows fits in max_tokens, so the served tests hold for any sample.
+NUMBER = {"type": "integer", "minimum": 0, "maximum": 999}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two integers.", "strict": True,
+    "parameters": {"type": "object", "properties": {"a": NUMBER, "b": NUMBER}, "required": ["a", "b"],
+                   "additionalProperties": False}}}  # fmt: skip
+LOOSE = {"type": "function", "function": {"name": "note", "parameters": {"type": "object"}}}
+ANSWER = {"type": "object", "properties": {"answer": NUMBER}, "required": ["answer"], "additionalProperties": False}
+ASK = [{"role": "user", "content": "What is 12 + 7? Use the add tool."}]
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a":12,"b":7}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def matches(bundled_model: Any) -> Any:
+    """`matches(grammar, text)`: whether llguidance accepts `text`, token by token, as a whole answer."""
+    import llguidance
+    import llguidance.hf  # installed with vLLM, which runs these grammars
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(bundled_model.path))
+    vocabulary = llguidance.hf.from_tokenizer(tokenizer)
+
+    def check(grammar: str, text: str) -> bool:
+        matcher = llguidance.LLMatcher(vocabulary, llguidance.grammar_from("lark", grammar))
+        assert not matcher.is_error(), matcher.get_error()
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        return all(matcher.consume_token(token) for token in ids) and matcher.is_accepting()
+
+    return check
+
+
+def test_nothing_is_constrained_without_strict_tools_or_a_json_format() -> None:
+    assert tool_grammar([LOOSE], "auto", None) is None
+    assert tool_grammar([], "auto", ANSWER) is None  # no tools: the response_format alone constrains
+    assert tool_grammar([LOOSE], "required", None) is None
+
+
+def test_auto_allows_free_text_or_text_then_a_valid_call(matches: Any) -> None:
+    grammar = tool_grammar([ADD, LOOSE], "auto", None)
+    assert matches(grammar, "The answer is 19.\nNo tool needed.")
+    assert matches(grammar, CALL) and matches(grammar, f"Let me add.\n{CALL}")
+    assert matches(grammar, '<tool_call>\n{"name": "note", "arguments": {"anything":[1,"x"]}}\n</tool_call>')
+    assert not matches(grammar, '<tool_call>\n{"name": "add", "arguments": {"a":"12","b":7}}\n</tool_call>')
+    assert not matches(grammar, '<tool_call>\n{"name": "add", "arguments": {"a":12}}\n</tool_call>')
+    assert not matches(grammar, '<tool_call>\n{"name": "sub", "arguments": {}}\n</tool_call>')
+    assert not matches(grammar, '<tool_call>\n{"name": "add", "arguments": { "a":12,"b":7}}\n</tool_call>')
+    assert not matches(grammar, f"{CALL}\n{CALL}")  # one call per answer unless parallel_tool_calls=true
+    assert matches(tool_grammar([ADD], "auto", None, parallel=True), f"{CALL}\n{CALL}")
+
+
+def test_required_and_named_continue_the_forced_opening(matches: Any) -> None:
+    required = tool_grammar([ADD, LOOSE], "required", None)  # the prompt ends with "<tool_call>\n"
+    assert matches(required, CALL.removeprefix("<tool_call>\n"))
+    assert not matches(required, "I would rather not.")
+    named = tool_grammar([ADD, LOOSE], {"type": "function", "function": {"name": "add"}}, None)
+    assert matches(named, '{"a":1,"b":2}}\n</tool_call>')  # after '{"name": "add", "arguments": '
+    assert not matches(named, '{"a":1}}\n</tool_call>')
+
+
+def test_a_json_format_next_to_tools_allows_the_json_or_a_call(matches: Any) -> None:
+    grammar = tool_grammar([ADD], "auto", ANSWER)
+    assert matches(grammar, '{"answer":19}') and matches(grammar, CALL)
+    assert not matches(grammar, "19") and not matches(grammar, f"Sure. {CALL}")
+    assert matches(tool_grammar([LOOSE], "auto", {"type": "object"}), '<tool_call>\n{"name": "note", '
+                   '"arguments": {}}\n</tool_call>')  # fmt: skip
+
+
+def _valid_add(arguments: str) -> bool:
+    values = json.loads(arguments)
+    return set(values) == {"a", "b"} and all(isinstance(v, int) and 0 <= v <= 999 for v in values.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_forced_strict_calls_are_always_valid(served_endpoint: Any, tool_choice: Any) -> None:
+    client = served_endpoint.endpoint.openai_client(max_retries=0)
+
+    def ask(seed: int) -> Any:
+        return client.chat.completions.create(model="default", messages=ASK, tools=[ADD, LOOSE], max_tokens=80,
+                                              temperature=1.0, seed=seed, tool_choice=tool_choice).choices[0]  # fmt: skip
+
+    with ThreadPoolExecutor(8) as pool:
+        choices = list(pool.map(ask, range(16)))
+    for choice in choices:
+        assert choice.finish_reason == "tool_calls", choice
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "note" or _valid_add(call.function.arguments)
+        if call.function.name == "note":
+            assert isinstance(json.loads(call.function.arguments), dict)
+    if isinstance(tool_choice, dict):
+        assert all(choice.message.tool_calls[0].function.name == "add" for choice in choices)
+
+
+@pytest.mark.slow
+def test_tools_next_to_a_json_format_answer_json_or_call_and_train_only_free_tokens(served_endpoint: Any) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client(max_retries=0)
+    schema_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
+
+    @ls.trace_agent(name="adder")
+    def adder(seed: int) -> Any:
+        return client.chat.completions.create(model="default", messages=ASK, tools=[ADD], max_tokens=60,
+                                              temperature=1.0, seed=seed, response_format=schema_format).choices[0]  # fmt: skip
+
+    with ls.capture() as episodes:
+        choices = [adder(seed) for seed in range(8)]
+    for choice in choices:
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls" and _valid_add(choice.message.tool_calls[0].function.arguments)
+        else:
+            assert choice.finish_reason == "stop" and 0 <= json.loads(choice.message.content)["answer"] <= 999
+    for episode in episodes:
+        (call,) = episode.calls
+        (sample,) = build_samples([call], [1.0], episode.id)
+        forced = [value > -1e-6 for value in call.logprobs]
+        assert any(forced) and sample.loss_mask == [0 if f else 1 for f in forced]  # the grammar's tokens
+
+
+def test_the_transformers_engine_serves_strict_tools_unconstrained(transformers_engine: Any) -> None:
+    # It cannot constrain decoding; refusing would break every Agents SDK tool (strict by default).
+    from lightning_sdk.serving import start_server
+
+    with start_server(transformers_engine) as handle:
+        reply = handle.endpoint.openai_client(max_retries=0).chat.completions.create(
+            model="default", messages=ASK, tools=[ADD], max_tokens=4, temperature=0)  # fmt: skip
+    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+@pytest.mark.slow
+def test_a_strict_schema_the_backend_cannot_compile_is_a_400(served_endpoint: Any) -> None:
+    import openai
+
+    client = served_endpoint.endpoint.openai_client(max_retries=0)
+    broken = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {"type": "nonsense"}}}
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="default", messages=ASK, tools=[broken], max_tokens=8)
+    again = client.chat.completions.create(model="default", messages=ASK, tools=[ADD], max_tokens=2)
+    assert again.choices[0].finish_reason in ("length", "stop", "tool_calls")
