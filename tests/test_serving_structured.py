@@ -159,3 +159,24 @@ async def test_an_agents_sdk_agent_with_an_output_type_gets_its_type_and_is_reco
     (call,) = episodes[0].calls
     assert call.agent_name == "profiler" and call.sampling["response_format"]["type"] == "json_schema"
     assert Person.model_validate_json(call.text) == person and call.completion_token_ids
+
+
+def test_langchain_with_structured_output_json_schema_gets_its_type_and_is_recorded(served_endpoint) -> None:
+    from langchain_openai import ChatOpenAI
+
+    endpoint = served_endpoint.endpoint
+    llm = ChatOpenAI(model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0,
+                     temperature=1.0, max_tokens=120)  # fmt: skip
+    structured = llm.with_structured_output(Person, method="json_schema")
+
+    @ls.trace_agent(name="profiler")
+    def profiler() -> Person:
+        return structured.invoke(ASK[0]["content"])  # sampled: bounded fields make any sample fit
+
+    with ls.capture() as episodes:
+        people = [profiler() for _ in range(3)]
+    assert all(isinstance(person, Person) for person in people)
+    for episode, person in zip(episodes, people, strict=True):
+        (call,) = episode.calls
+        assert call.sampling["response_format"]["type"] == "json_schema"
+        assert Person.model_validate_json(call.text) == person and call.completion_token_ids
