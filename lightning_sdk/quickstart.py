@@ -53,4 +53,5 @@ def run_quickstart(
     from lightning_sdk.examples.calc_autogen.train import train
 
     settings = {**QUICKSTART, **options, "steps": steps}
-    return train(run_dir=run_dir, report=report, engine=engine, **settings)
+    summary: dict[str, Any] = train(run_dir=run_dir, report=report, engine=engine, **settings)
+    return summary

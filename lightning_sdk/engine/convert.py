@@ -27,7 +27,7 @@ def convert_gguf_to_safetensors(gguf_file: Path, output_dir: Path) -> None:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.dtype = torch.bfloat16
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]
     missing, unexpected = model.load_state_dict(source.state_dict(), strict=False)
     # Tied output embeddings may be absent from the source state dict; anything else means a bad conversion.
     if config.tie_word_embeddings:
@@ -37,7 +37,7 @@ def convert_gguf_to_safetensors(gguf_file: Path, output_dir: Path) -> None:
 
     model.save_pretrained(output_dir, safe_serialization=True)
     tokenizer.save_pretrained(output_dir)
-    GenerationConfig(
+    GenerationConfig(  # type: ignore[no-untyped-call]
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id,

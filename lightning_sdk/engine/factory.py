@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.engine.vllm_setup import vllm_available
+
+if TYPE_CHECKING:
+    from lightning_sdk.engine.models import ResolvedModel
 
 __all__ = ["create_engine"]
 
 
 def create_engine(
-    model: str | Path | None = None,
+    model: str | Path | ResolvedModel | None = None,
     *,
     engine: Literal["auto", "vllm", "transformers"] = "auto",
     **options: Any,

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -140,7 +140,8 @@ def _load_adapter_tensors(adapter_dir: Path) -> dict[str, torch.Tensor]:
     if bin_file.is_file():
         import torch
 
-        return torch.load(bin_file, map_location="cpu", weights_only=True)
+        state: dict[str, torch.Tensor] = torch.load(bin_file, map_location="cpu", weights_only=True)
+        return state
     raise FileNotFoundError(f"{adapter_dir} has no adapter_model.safetensors; is it a peft adapter folder?")
 
 
@@ -153,11 +154,11 @@ def _require(base: Mapping[str, torch.Tensor], target: str) -> None:
         raise KeyError(f"The adapter changes {target!r}, which the base model does not have.")
 
 
-def _scaling(config: dict, module: str, rank: int) -> float:
+def _scaling(config: dict[str, Any], module: str, rank: int) -> float:
     # peft matches pattern keys against the end of the module name (peft.tuners.tuners_utils).
     alpha = config.get("lora_alpha", 8)
     for pattern, value in (config.get("alpha_pattern") or {}).items():
         if re.match(rf"(.*\.)?({pattern})$", module):
             alpha = value
             break
-    return alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
+    return float(alpha) / (math.sqrt(rank) if config.get("use_rslora") else rank)

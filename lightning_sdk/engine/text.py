@@ -30,7 +30,7 @@ def complete_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
     ids = list(token_ids)
     # Usually the first decode is the answer; an unfinished character costs one to three more.
     for cut in range(len(ids), 0, -1):
-        text = tokenizer.decode(ids[:cut], skip_special_tokens=True)
+        text: str = tokenizer.decode(ids[:cut], skip_special_tokens=True)
         if not text.endswith(REPLACEMENT_CHARACTER):
             return text
     return ""

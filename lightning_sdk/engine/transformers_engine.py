@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +68,8 @@ class TransformersEngine(EngineBase):
         self.device = _explicit_device(device or plan_placement().device)
         torch_dtype = _torch_dtype(dtype, self.device)
         self._tokenizer = AutoTokenizer.from_pretrained(self.model.path)
-        self._model = AutoModelForCausalLM.from_pretrained(self.model.path, dtype=torch_dtype).to(self.device)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(self.model.path, dtype=torch_dtype)
+        self._model = loaded.to(self.device)
         self._model.eval()
         config = self._model.config
         self.max_model_len: int = max_model_len or min(getattr(config, "max_position_embeddings", 4096), 4096)
@@ -182,7 +183,7 @@ class TransformersEngine(EngineBase):
                 for index in range(params.distinct_samples):  # greedy n > 1: one row, copied by the stream
                     generator = torch.Generator().manual_seed(seed + index)
                     rows.append(
-                        Row(prompt, params, index, stream.push, generator, lambda s=stream: s.cancelled)
+                        Row(prompt, params, index, stream.push, generator, _cancelled_check(stream))
                     )
             decode_batch(self._model, self._tokenizer, rows, self._eos_ids, self._pad_id)
         except Exception as error:  # noqa: BLE001 - reported to each waiting caller
@@ -192,7 +193,7 @@ class TransformersEngine(EngineBase):
         for *_, stream in batch:
             stream.finish()
 
-    def _load_weights(self, state: dict[str, Any], done: queue.SimpleQueue) -> None:
+    def _load_weights(self, state: dict[str, Any], done: queue.SimpleQueue[BaseException | None]) -> None:
         try:
             import torch
 
@@ -240,3 +241,8 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     if generation_eos is not None:
         ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
     return ids
+
+
+def _cancelled_check(stream: RequestStream) -> Callable[[], bool]:
+    """Whether the request of `stream` was cancelled (its caller went away), asked at each step."""
+    return lambda: stream.cancelled

@@ -8,11 +8,11 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from lightning_sdk.engine.base import EngineBase
 from lightning_sdk.engine.models import ResolvedModel, resolve_model
-from lightning_sdk.engine.placement import plan_placement
+from lightning_sdk.engine.placement import DEFAULT_GPU_MEMORY_SHARE, plan_placement
 from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
     MAX_TOP_LOGPROBS,
@@ -71,7 +71,7 @@ class VLLMEngine(EngineBase):
 
     def __init__(
         self,
-        model: str | Path | None = None,
+        model: str | Path | ResolvedModel | None = None,
         *,
         dtype: str = "auto",
         max_model_len: int = 4096,
@@ -84,8 +84,8 @@ class VLLMEngine(EngineBase):
         **engine_kwargs: Any,
     ) -> None:
         _refuse_a_second_engine()
-        placement = plan_placement(**({} if gpu_memory_utilization is None else
-                                      {"gpu_memory_utilization": gpu_memory_utilization}))  # fmt: skip
+        placement = plan_placement(gpu_memory_utilization=DEFAULT_GPU_MEMORY_SHARE if gpu_memory_utilization is None
+                                   else gpu_memory_utilization)  # fmt: skip
         if placement.executor_backend is not None:
             engine_kwargs.setdefault("distributed_executor_backend", placement.executor_backend)
         engine_kwargs.setdefault("structured_outputs_config", _compact_json_outputs())
@@ -106,11 +106,11 @@ class VLLMEngine(EngineBase):
         args = EngineArgs(
             model=str(self.model.path),
             served_model_name=self.model.name,
-            dtype=("bfloat16" if self.on_cpu else "auto") if dtype == "auto" else dtype,
+            dtype=("bfloat16" if self.on_cpu else "auto") if dtype == "auto" else dtype,  # type: ignore[arg-type]
             max_model_len=max_model_len,
             seed=seed,
             enable_lora=self.weight_sync == "lora",
-            max_lora_rank=max_lora_rank,
+            max_lora_rank=max_lora_rank,  # type: ignore[arg-type]  # vLLM checks it against its allowed ranks
             max_loras=2,  # the adapter being served and its predecessor, still used by in-flight requests
             max_logprobs=MAX_TOP_LOGPROBS,
             # Report the probabilities the tokens were actually sampled from (after temperature and top_p):
@@ -137,7 +137,7 @@ class VLLMEngine(EngineBase):
         self._retired_lora: Any = None
         self._next_lora_id = 1
         self._merged = MergedAdapterWriter(
-            self.model.path, self._engine.model_config.dtype, self._run_on_worker, self._reload
+            self.model.path, self._engine.model_config.dtype, self._run_on_worker, self._reload  # type: ignore[arg-type]
         )
         self._loop = StepLoop(self._engine, before_step=self._use_serving_threads, on_start=self._use_device)
         _running_engines.add(self)
@@ -252,7 +252,7 @@ class VLLMEngine(EngineBase):
         def run(engine: Any) -> T:
             [result] = engine.collective_rpc(method, args=args, kwargs=kwargs)
             engine.reset_prefix_cache()  # its KV entries may come from the weights just replaced
-            return result
+            return cast(T, result)
 
         return self._loop.call(_writing(run))
 
@@ -332,7 +332,7 @@ class VLLMEngine(EngineBase):
         self._loop.stop()
         self._user_threads.restore()
         _running_engines.discard(self)
-        engine, self._engine = self._engine, None
+        engine, self._engine = self._engine, None  # type: ignore[assignment]  # shut down: no engine any more
         if engine is not None:
             try:
                 engine.engine_core.shutdown()

@@ -103,7 +103,7 @@ class MergedAdapterWriter:
         self._remember_base(modules)
         self._changed = set(modules)
 
-    def _merge_module(self, module: str, shards: tuple[str, ...], factors: dict) -> torch.Tensor:
+    def _merge_module(self, module: str, shards: tuple[str, ...], factors: dict[str, Any]) -> torch.Tensor:
         import torch
 
         base = self._base[module]

@@ -109,7 +109,7 @@ class TorchThreads:
         """Put back the original `torch.set_num_threads` and the saved thread count."""
         import torch
 
-        torch.set_num_threads = self.set_num_threads
+        torch.set_num_threads = self.set_num_threads  # type: ignore[assignment]  # the function vLLM replaced
         self.set_num_threads(self.count)
 
     def apply(self, count: int) -> None:

@@ -46,6 +46,7 @@ def parse_reward_report(body: dict[str, Any]) -> RewardReport:
     reward = body.get("reward")
     if not _finite(reward):
         raise ValueError("reward must be a finite number (the episode's return).")
+    assert isinstance(reward, int | float)  # for the type checker: _finite said so
     steps = body.get("step_rewards", [])
     if not isinstance(steps, list) or not all(step is None or _finite(step) for step in steps):
         raise ValueError("step_rewards must be a list of numbers or nulls, one per recorded call, in order.")

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
@@ -115,7 +116,8 @@ def _install_gateway(app: FastAPI, authorize: Callable[[Request], None], queue: 
     own = {
         (route.path, method): route.endpoint
         for route in app.routes
-        for method in getattr(route, "methods", ())
+        if isinstance(route, APIRoute)
+        for method in route.methods
     }
 
     def recorded(api: str, path: str) -> Callable[..., Any]:
@@ -131,7 +133,7 @@ def _install_gateway(app: FastAPI, authorize: Callable[[Request], None], queue: 
             response = await serve(request)  # the body was read above; Starlette hands it out again
             if isinstance(response, StreamingResponse):
                 response.body_iterator = recorder.record_stream(
-                    rollout_id, lease_id, api, template, response.body_iterator
+                    rollout_id, lease_id, api, template, aiter(response.body_iterator)
                 )
             else:
                 recorder.record_response(rollout_id, lease_id, api, template, response)

@@ -83,7 +83,8 @@ def render_chat(
         raise APIError.bad_request(
             f"The chat template cannot render these messages: {error}", "messages"
         ) from None
-    return tokenizer.encode(text + assistant_prefix, add_special_tokens=False)
+    ids: list[int] = tokenizer.encode(text + assistant_prefix, add_special_tokens=False)
+    return ids
 
 
 def _convert_message(message: Any, position: int, native_tools: bool) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from lightning_sdk.engine.types import SamplingParams
 
@@ -33,7 +34,7 @@ class SamplingPolicy:
 
     def apply(self, params: SamplingParams) -> SamplingParams:
         """The request's parameters with the overrides applied."""
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         if self.temperature is not None:
             changes["temperature"] = self.temperature
         if self.top_p is not None:

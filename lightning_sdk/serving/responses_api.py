@@ -133,7 +133,8 @@ def to_chat_request(req: ResponsesRequest) -> ChatRequest:
         "logprobs": _LOGPROBS_INCLUDE in (req.include or []),
         "top_logprobs": req.top_logprobs,
     }
-    return parse_request(ChatRequest, {key: value for key, value in body.items() if value is not None})
+    request: ChatRequest = parse_request(ChatRequest, {key: value for key, value in body.items() if value is not None})
+    return request
 
 
 # --- the Response object ------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def configure(
     global _settings
     previous = _settings
     opened = store is not None and not isinstance(store, EpisodeStore)
-    new_store = EpisodeStore(store) if opened else store
+    new_store = store if store is None or isinstance(store, EpisodeStore) else EpisodeStore(store)
     remove_finish_hook(_persist)
     if previous.owns_store and previous.store is not None and previous.store is not new_store:
         previous.store.close()

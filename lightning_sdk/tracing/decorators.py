@@ -12,7 +12,7 @@ import inspect
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from lightning_sdk.tracing.config import current_settings
 from lightning_sdk.tracing.context import current_episode, episode_scope, notify_finished
@@ -74,10 +74,10 @@ def _traced(fn: Callable[P, R], name: str | None) -> Callable[P, R]:
         wrapper = _generator_wrapper(fn, start)
     else:
         wrapper = _function_wrapper(fn, start)
-    wrapped = functools.wraps(fn)(wrapper)
+    wrapped: Any = functools.wraps(fn)(wrapper)
     # Lets the trainer tell a traced agent from a plain function (which it then traces itself).
     wrapped.__lightning_sdk_agent__ = agent_name
-    return wrapped
+    return cast(Callable[P, R], wrapped)
 
 
 def _task_reader(fn: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
@@ -176,7 +176,7 @@ def _generator_wrapper(fn: Callable[..., Any], start: Starter) -> Callable[..., 
         run = start(args, kwargs)
         if run is None:
             return (yield from fn(*args, **kwargs))
-        generator, items = fn(*args, **kwargs), []
+        generator, items = fn(*args, **kwargs), list[Any]()
         step, value = generator.send, None
         while True:
             try:
@@ -205,7 +205,7 @@ def _generator_wrapper(fn: Callable[..., Any], start: Starter) -> Callable[..., 
 def _async_generator_wrapper(fn: Callable[..., Any], start: Starter) -> Callable[..., Any]:
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         run = start(args, kwargs)
-        generator, items = fn(*args, **kwargs), []
+        generator, items = fn(*args, **kwargs), list[Any]()
         if run is None:
             async for item in generator:
                 yield item

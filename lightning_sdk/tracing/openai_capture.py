@@ -64,7 +64,7 @@ def instrument_openai() -> bool:
             if original is None:
                 raise RuntimeError(f"openai {openai.__version__} has no {owner.__name__}.request to instrument; "
                                    f"install a supported version: pip install 'openai>=1.40,<4'")
-            owner.request = make_wrapper(original)
+            owner.request = make_wrapper(original)  # type: ignore[method-assign]  # the patch itself
             _originals.append((owner, "request", original))
         return True
 
@@ -249,17 +249,18 @@ class _Recording:
     def _wrap_parse(self, raw: Any) -> None:
         """`with_raw_response` / `with_streaming_response`: record what `.parse()` gives the user."""
         original_parse = raw.parse
-        if inspect.iscoroutinefunction(original_parse):
-            async def parse(*args: Any, **kwargs: Any) -> Any:
-                result = await original_parse(*args, **kwargs)
-                self._after_parse(result)
-                return result
-        else:
-            def parse(*args: Any, **kwargs: Any) -> Any:
-                result = original_parse(*args, **kwargs)
-                self._after_parse(result)
-                return result
-        raw.parse = parse
+
+        async def parse_async(*args: Any, **kwargs: Any) -> Any:
+            result = await original_parse(*args, **kwargs)
+            self._after_parse(result)
+            return result
+
+        def parse(*args: Any, **kwargs: Any) -> Any:
+            result = original_parse(*args, **kwargs)
+            self._after_parse(result)
+            return result
+
+        raw.parse = parse_async if inspect.iscoroutinefunction(original_parse) else parse
 
     def _after_parse(self, result: Any) -> None:
         stream, async_stream, _ = _openai_types()

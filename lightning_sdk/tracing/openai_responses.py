@@ -64,7 +64,7 @@ def calls_from_responses_api(template: LLMCall, response: Any, error: str | None
     """The record of a whole Response object (non-streamed, or the last event of a stream)."""
     output = [plain(item) for item in getattr(response, "output", None) or []]
     message = output_message(output)
-    carrier = next((item for item in output if "token_ids" in item), {})
+    carrier: dict[str, Any] = next((item for item in output if "token_ids" in item), {})
     call = template
     call.request_id = getattr(response, "id", None)
     call.response_message = message

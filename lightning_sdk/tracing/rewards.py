@@ -13,7 +13,7 @@ import math
 import numbers
 import traceback
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from lightning_sdk.tracing.context import current_episode
 from lightning_sdk.tracing.episode import Episode, LLMCall
@@ -63,7 +63,7 @@ def _rewarded(fn: Callable[P, R], name: str | None) -> Callable[P, R | None]:
             _record_value(episode, reward_name, value)
             return value
 
-        return functools.wraps(fn)(async_wrapper)
+        return cast(Callable[P, R | None], functools.wraps(fn)(async_wrapper))
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         episode = current_episode()

@@ -175,7 +175,8 @@ class EpisodeStore:
         """How many episodes match the filters."""
         where, params = _filters(run_id, name, None, None)
         with self._lock:
-            return self._connection.execute(f"SELECT COUNT(*) FROM episodes {where}", params).fetchone()[0]
+            (count,) = self._connection.execute(f"SELECT COUNT(*) FROM episodes {where}", params).fetchone()
+        return int(count)
 
     def run_ids(self) -> list[str]:
         """The distinct run ids stored, in order of first appearance."""
@@ -227,10 +228,14 @@ class EpisodeStore:
 
 def _filters(run_id: str | None, name: str | None, since: Time | None, until: Time | None
              ) -> tuple[str, list[object]]:
-    clauses, params = [], []
-    for clause, value in (("run_id = ?", run_id), ("name = ?", name), ("started_at >= ?", since),
-                          ("started_at < ?", until)):
+    clauses: list[str] = []
+    params: list[object] = []
+    for clause, value in (("run_id = ?", run_id), ("name = ?", name)):
         if value is not None:
             clauses.append(clause)
-            params.append(_timestamp(value) if clause.startswith("started_at") else value)
+            params.append(value)
+    for clause, time in (("started_at >= ?", since), ("started_at < ?", until)):
+        if time is not None:
+            clauses.append(clause)
+            params.append(_timestamp(time))
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params

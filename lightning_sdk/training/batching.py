@@ -143,7 +143,8 @@ def _full_logits(model: Any, batch: Batch) -> torch.Tensor:
         input_ids=input_ids, attention_mask=mask, position_ids=_positions(mask), logits_to_keep=width + 1,
         use_cache=False,
     )  # fmt: skip
-    return output.logits[:, :-1, :]
+    logits: torch.Tensor = output.logits[:, :-1, :]
+    return logits
 
 
 def _shared_prompt_logits(model: Any, batch: Batch) -> torch.Tensor:
@@ -155,7 +156,7 @@ def _shared_prompt_logits(model: Any, batch: Batch) -> torch.Tensor:
         input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=_positions(batch.prompt_mask),
         past_key_values=cache, use_cache=True, logits_to_keep=1,
     )  # fmt: skip
-    cache.reorder_cache(index)  # one copy of each prompt's keys and values per sample (differentiable)
+    cache.reorder_cache(index)  # type: ignore[arg-type]  # one copy of each prompt's keys and values per sample (differentiable)
     prompt_lengths = batch.prompt_mask.sum(dim=1)[index]
     completion_output = model(
         input_ids=batch.completion_ids,

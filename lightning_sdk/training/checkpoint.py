@@ -203,4 +203,5 @@ def load_checkpoint(
         scheduler.load_state_dict(torch.load(folder / "scheduler.pt", map_location="cpu", weights_only=True))
     if restore_rng:
         restore_rng_state(_read_rng(folder))
-    return json.loads((folder / STATE_FILE).read_text())
+    state: dict[str, Any] = json.loads((folder / STATE_FILE).read_text())
+    return state

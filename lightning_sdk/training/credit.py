@@ -80,7 +80,7 @@ def assign_credit(
     if rule == "last":
         return [None] * (len(calls) - 1) + [total + steps[-1]]
     if rule == "discounted":
-        return _reward_to_go(steps, total, gamma)
+        return list[float | None](_reward_to_go(steps, total, gamma))
     raise ValueError(f"Unknown credit rule {rule!r}; use 'equal', 'last', 'discounted' or a callable.")
 
 

@@ -42,4 +42,7 @@ def evaluate_agent(
     `on_finished` is called as each of this rank's episodes ends (e.g. to count them on screen).
     """
     rollouts = session.rollouts(agent, session.my_share(tasks), 1, reward, on_finished)
-    return session.distributed.mean_metrics(summarize_rollouts(rollouts, session.config.success_threshold))
+    metrics: dict[str, float] = session.distributed.mean_metrics(
+        summarize_rollouts(rollouts, session.config.success_threshold)
+    )
+    return metrics

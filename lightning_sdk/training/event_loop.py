@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 __all__ = ["RunLoop"]
 
@@ -59,4 +59,4 @@ def _outside_any_loop(call: Callable[[], T]) -> T:
     thread.join()
     if "error" in result:
         raise result["error"]
-    return result["value"]
+    return cast(T, result["value"])

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_sdk.training.config import TrainerConfig
 
 __all__ = ["export_merged_model_folder"]
 
 
-def export_merged_model_folder(model: Any, config: Any, path: str | Path, adapter: str | Path | None) -> Path:
+def export_merged_model_folder(model: Any, config: TrainerConfig, path: str | Path, adapter: str | Path | None) -> Path:
     """Load the base model, apply `adapter` (default: the run's final adapter or newest checkpoint), merge,
     and write a folder that transformers and vLLM load without peft."""
     from transformers import AutoTokenizer
@@ -30,7 +34,7 @@ def export_merged_model_folder(model: Any, config: Any, path: str | Path, adapte
     return export_merged_model(peft_model, path, tokenizer=tokenizer)
 
 
-def _default_adapter(config: Any, latest_adapter: Any) -> Path:
+def _default_adapter(config: TrainerConfig, latest_adapter: Callable[[str], Path | None]) -> Path:
     if config.run_dir is None:
         raise ValueError("export_merged needs adapter=PATH, or TrainerConfig(run_dir=...) naming a trained run.")
     final = Path(config.run_dir) / "adapter"

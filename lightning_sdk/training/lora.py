@@ -57,8 +57,8 @@ def load_base_model(
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype, device)}
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), **kwargs)
-    return model.to(device)
+    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(model_path), **kwargs)
+    return model.to(device)  # type: ignore[arg-type,no-any-return]  # transformers types .to as taking a model
 
 
 def build_lora_model(base_model: PreTrainedModel, config: Any) -> PeftModel:
@@ -101,14 +101,11 @@ def merged_state_dict(model: PeftModel, dtype: torch.dtype | None = None) -> dic
     with torch.no_grad():
         for name, module in lora_modules.items():
             weight = module.get_base_layer().weight
-            delta = sum(
-                (
-                    module.get_delta_weight(adapter)
-                    for adapter in module.active_adapters
-                    if adapter in module.lora_A
-                ),
-                torch.zeros_like(weight),
-            )
+            assert isinstance(weight, torch.Tensor)
+            delta = torch.zeros_like(weight)
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    delta = delta + module.get_delta_weight(adapter)  # type: ignore[attr-defined]  # on each layer kind
             merged[f"{name}.weight"] = (weight + delta.to(weight.dtype)).detach()
         seen_storage: set[int] = set()
         result: dict[str, torch.Tensor] = {}
@@ -170,7 +167,8 @@ def export_merged_model(
     weights = merged_state_dict(model, dtype=dtype)
     save_file({key: value.contiguous() for key, value in weights.items()}, str(path / "model.safetensors"),
               metadata={"format": "pt"})  # fmt: skip
-    config = copy.deepcopy(model.get_base_model().config)
+    base: Any = model.get_base_model()
+    config = copy.deepcopy(base.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # a GGUF-loaded config would make loaders look for GGUF weights
     if dtype is not None:

@@ -25,8 +25,12 @@ accumulation gives the same update as one big batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from lightning_sdk.training.config import TrainerConfig
 
 __all__ = ["LossOptions", "LossStats", "policy_loss", "token_weights"]
 
@@ -49,7 +53,7 @@ class LossOptions:
     """The constant `L` of `dr_grpo`."""
 
     @classmethod
-    def from_config(cls, config: object) -> LossOptions:
+    def from_config(cls, config: TrainerConfig) -> LossOptions:
         """Build from a `TrainerConfig`."""
         return cls(
             epsilon_low=config.epsilon_low,

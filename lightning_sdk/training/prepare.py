@@ -89,7 +89,7 @@ def prepare_samples(
             metrics[key] += value
         kept_groups.append(kept)
 
-    returns = [episode.reward for group in kept_groups for episode in group]
+    returns = [episode.reward for group in kept_groups for episode in group if episode.reward is not None]
     metrics["reward_mean"] = math.fsum(returns) / len(returns) if returns else math.nan
     metrics["reward_std"] = _std(returns)
     for reason, count in count_untrained_calls(

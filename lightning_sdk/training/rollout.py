@@ -126,7 +126,9 @@ async def run_episode(
     holding the error when it produced none). Used by in-process rollouts and by runners alike."""
     sink: list[Episode] = []
     started = time.time()
-    output, error, timed_out = None, None, False
+    output: Any = None
+    error: Exception | None = None
+    timed_out = False
     with collect_into(sink):
         try:
             output = await asyncio.wait_for(call_agent(agent, task, kwargs, executor), timeout_s)

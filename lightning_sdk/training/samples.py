@@ -190,7 +190,7 @@ def _trajectory_sample(
         sample.completion_ids += completion
         sample.loss_mask += _trained_mask(call) if trained else [0] * len(completion)
         sample.sampling_logprobs += _sampled_logprobs(call) if trained else [None] * len(completion)
-        sample.advantages += [advantage if trained else 0.0] * len(completion)
+        sample.advantages += [advantage if advantage is not None else 0.0] * len(completion)
         seen = len(sample.prompt_ids) + len(sample.completion_ids)
     return sample
 

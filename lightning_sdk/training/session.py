@@ -254,7 +254,7 @@ class TrainingSession:
 
         started = time.perf_counter()
         prepared = prepare_samples(groups, self.config, endpoint_base_url=self.endpoint.base_url)
-        self.warn_if_too_long(prepared.metrics["samples_dropped_too_long"])
+        self.warn_if_too_long(int(prepared.metrics["samples_dropped_too_long"]))
         samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         stats = train_on_samples(self.policy_model, self.optimizer, self.scheduler, samples, self.config, pad)

@@ -102,7 +102,8 @@ def train_on_samples(
             reference = _reference_logprobs(model, batch) if options.kl_coef > 0 else None
             with _gradient_sync(model, micro_index == len(batches) - 1):
                 logprobs, entropy = token_logprobs(model, batch)
-                old_logprobs = logprobs.detach() if old[mini_index] is None else old[mini_index][micro_index]
+                previous = old[mini_index]
+                old_logprobs = logprobs.detach() if previous is None else previous[micro_index]
                 weights = token_weights(
                     batch.loss_mask, options.normalization, num_sequences, num_tokens, options.dr_grpo_length
                 )
@@ -112,7 +113,7 @@ def train_on_samples(
                     has_sampling_logprobs=batch.has_sampling_logprobs,
                     ref_logprobs=reference, entropy=entropy,
                 )  # fmt: skip
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
             totals.add(stats)
         max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))

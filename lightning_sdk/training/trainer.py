@@ -137,7 +137,7 @@ class _Loop:
     def __init__(
         self,
         session: TrainingSession,
-        agent: Callable[..., Any],
+        agent: Callable[..., Any] | None,
         tasks: list[Any],
         val_tasks: list[Any] | None,
         reward: Callable[[Any, Any], float] | None,
