@@ -39,8 +39,12 @@ demo: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+LINTED := lightning_sdk integrations tests benchmarks examples
+
 lint: $(STAMP)
-	$(BIN)/ruff check lightning_sdk integrations tests benchmarks examples
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) site build *.egg-info

@@ -88,8 +88,10 @@ def main() -> None:
             f"| in-process | {statistics.median(here):.2f} | {_p90(here):.2f} |",
             f"| 1 runner process over HTTP | {statistics.median(there):.2f} | {_p90(there):.2f} |",
             "",
-            (f"The runner protocol adds a median {overhead:.1f} ms per episode "
-             f"({args.episodes} episodes each)."),
+            (
+                f"The runner protocol adds a median {overhead:.1f} ms per episode "
+                f"({args.episodes} episodes each)."
+            ),
             "",
         ]
         tasks = [{"x": i, "tool_calls": 2, "tool_s": 0.2} for i in range(args.throughput_episodes)]
@@ -114,8 +116,10 @@ def main() -> None:
                 runners.stop()
         base = throughput[0][1][0]
         rows += [
-            (f"## (b) Throughput, agent with CPU-bound tools "
-             f"({len(tasks)} episodes x 2 tool calls x 0.2 s CPU)"),
+            (
+                f"## (b) Throughput, agent with CPU-bound tools "
+                f"({len(tasks)} episodes x 2 tool calls x 0.2 s CPU)"
+            ),
             "",
             "| where the agent runs | episodes/s | wall s | vs in-process |",
             "| --- | --- | --- | --- |",

@@ -252,16 +252,32 @@ def render(results: dict) -> str:
             f"capture, token ids), appended to an `EpisodeStore` ({r['stored']:,} stored, "
             f"{r['store_mb']:.0f} MB): {r['episodes_per_s']:.0f} episodes/s."
         )
-        lines += section("## Recording: episodes into the store", summary, r, "episodes", "per 10,000 episodes",
-                         10_000, at="{:,.0f}", rss="{:.1f}")  # fmt: skip
+        lines += section(
+            "## Recording: episodes into the store",
+            summary,
+            r,
+            "episodes",
+            "per 10,000 episodes",
+            10_000,
+            at="{:,.0f}",
+            rss="{:.1f}",
+        )
     if "training" in results:
         r = results["training"]
         summary = (
             f"{r['steps']} GRPO steps of the calculator agent (AutoGen, vLLM engine, bundled model), "
             f"{r['wall_s'] / 60:.0f} minutes; peak RSS {r['peak_rss_mb']:.0f} MB."
         )
-        lines += section("## Training: the quickstart agent for many steps", summary, r, "step", "per step", 1,
-                         at="{:.0f}", rss="{:.0f}")  # fmt: skip
+        lines += section(
+            "## Training: the quickstart agent for many steps",
+            summary,
+            r,
+            "step",
+            "per step",
+            1,
+            at="{:.0f}",
+            rss="{:.0f}",
+        )
     return "\n".join(lines)
 
 

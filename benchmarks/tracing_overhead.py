@@ -38,8 +38,10 @@ from lightning_sdk.tracing.context import episode_scope
 from tests.fixtures.fake_openai_wire import Reply, chat_chunks, chat_completion
 from tests.fixtures.openai_server import OpenAITestServer
 
-MESSAGES = [{"role": "system", "content": "You are a careful assistant."},
-            {"role": "user", "content": "What is 12 + 7? Answer with the number only."}]
+MESSAGES = [
+    {"role": "system", "content": "You are a careful assistant."},
+    {"role": "user", "content": "What is 12 + 7? Answer with the number only."},
+]
 ANSWER = Reply("The answer is 19.")
 ROUND = 50
 MODES = ("baseline", "outside episode", "inside episode")
@@ -57,6 +59,7 @@ def timed(call: Callable[[], object], count: int) -> list[tuple[float, float]]:
 
 def measure(client: openai.OpenAI, calls: int, stream: bool) -> dict[str, tuple[float, float]]:
     """Median (wall, thread CPU) seconds per call in each mode."""
+
     def request() -> object:
         if stream:
             return list(client.chat.completions.create(model="test-model", messages=MESSAGES, stream=True))
@@ -79,18 +82,21 @@ def measure(client: openai.OpenAI, calls: int, stream: bool) -> dict[str, tuple[
         if number % ROUND == 0:
             gc.collect()  # collections land on whichever call happens to run: keep them out of samples
             gc.disable()
-        for mode in MODES[number % 3:] + MODES[:number % 3]:  # modes alternate call by call, in turn
+        for mode in MODES[number % 3 :] + MODES[: number % 3]:  # modes alternate call by call, in turn
             samples[mode] += run(mode)
         if number % ROUND == ROUND - 1:
             gc.enable()
     gc.enable()
     ls.uninstrument_openai()
-    return {mode: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
-            for mode, values in samples.items()}
+    return {
+        mode: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
+        for mode, values in samples.items()
+    }
 
 
 def in_process_client() -> openai.OpenAI:
     """An openai client whose requests are answered in-process with the test server's bodies."""
+
     def answer(request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         if body.get("stream"):
@@ -110,10 +116,16 @@ def report(transport: str, client: openai.OpenAI, calls: int) -> list[float]:
         medians = measure(client, calls, stream)
         base_wall, base_cpu = medians["baseline"]
         for mode, (wall, cpu) in medians.items():
-            extra = ("", "") if mode == "baseline" else (f"{(wall - base_wall) * 1e6:+.1f}",
-                                                          f"{(cpu - base_cpu) * 1e6:+.1f}")
-            print(f"{transport:<12} {'stream' if stream else 'whole':<7} {mode:<16} {wall * 1e6:>9.1f} {extra[0]:>9}"
-                  f" {cpu * 1e6:>9.1f} {extra[1]:>9}")
+            extra = (
+                ("", "")
+                if mode == "baseline"
+                else (f"{(wall - base_wall) * 1e6:+.1f}", f"{(cpu - base_cpu) * 1e6:+.1f}")
+            )
+            print(
+                f"{transport:<12} {'stream' if stream else 'whole':<7} {mode:<16} "
+                f"{wall * 1e6:>9.1f} {extra[0]:>9}"
+                f" {cpu * 1e6:>9.1f} {extra[1]:>9}"
+            )
         added.append((medians["inside episode"][1] - base_cpu) * 1e6)
     return added
 
@@ -126,8 +138,9 @@ def recording_code_alone(client: openai.OpenAI, count: int = 5000) -> float:
     from lightning_sdk.tracing.openai_capture import _Recording
 
     response = client.chat.completions.create(model="test-model", messages=MESSAGES)
-    options = FinalRequestOptions.construct(method="post", url="/chat/completions",
-                                            json_data={"model": "test-model", "messages": MESSAGES})
+    options = FinalRequestOptions.construct(
+        method="post", url="/chat/completions", json_data={"model": "test-model", "messages": MESSAGES}
+    )
     samples = []
     with episode_scope(ls.Episode(name="bench")) as episode:
         for _ in range(count):
@@ -147,14 +160,22 @@ def main() -> None:
     local = in_process_client()
     try:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"openai {openai.__version__}; {args.calls} calls per mode; {os.cpu_count()} CPUs, load {load:.1f}\n")
+        print(
+            f"openai {openai.__version__}; {args.calls} calls per mode; "
+            f"{os.cpu_count()} CPUs, load {load:.1f}\n"
+        )
         print(f"{'':<37} {'wall-clock µs':>19} {'caller CPU µs':>19}")
-        print(f"{'transport':<12} {'request':<7} {'mode':<16} {'median':>9} {'added':>9} {'median':>9} {'added':>9}")
+        print(
+            f"{'transport':<12} {'request':<7} {'mode':<16} "
+            f"{'median':>9} {'added':>9} {'median':>9} {'added':>9}"
+        )
         report("HTTP server", http, args.calls)
         in_process = report("in-process", local, args.calls)
         print(f"\nrecording code alone, hot loop (whole call): {recording_code_alone(local) * 1e6:.1f} µs")
-        print(f"added by recording inside an episode (in-process, caller CPU time: the precise figure): "
-              f"whole {in_process[0]:.1f} µs, stream {in_process[1]:.1f} µs; target: under 50 µs")
+        print(
+            f"added by recording inside an episode (in-process, caller CPU time: the precise figure): "
+            f"whole {in_process[0]:.1f} µs, stream {in_process[1]:.1f} µs; target: under 50 µs"
+        )
     finally:
         http.close()
         local.close()

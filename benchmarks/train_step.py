@@ -40,9 +40,14 @@ def build_samples(tokenizer, prompts: int, group: int, completion_tokens: int) -
             completion = [rng.randrange(100, 40000) for _ in range(completion_tokens)]
             advantage = rng.choice([1.0, -1.0])
             samples.append(
-                Sample(list(prompt), completion, [1] * completion_tokens, [None] * completion_tokens,
-                       [advantage] * completion_tokens)
-            )  # fmt: skip
+                Sample(
+                    list(prompt),
+                    completion,
+                    [1] * completion_tokens,
+                    [None] * completion_tokens,
+                    [advantage] * completion_tokens,
+                )
+            )
     return samples
 
 
@@ -85,8 +90,10 @@ def main() -> None:
         results["full sequences"].append(timed_pass(model, batch, share_prompts=False))
         results["shared prompts"].append(timed_pass(model, batch, share_prompts=True))
 
-    print(f"{len(samples)} samples, prompt {len(samples[0].prompt_ids)} + completion "
-          f"{args.completion_tokens} tokens, {args.threads} thread(s), {args.rounds} rounds")  # fmt: skip
+    print(
+        f"{len(samples)} samples, prompt {len(samples[0].prompt_ids)} + completion "
+        f"{args.completion_tokens} tokens, {args.threads} thread(s), {args.rounds} rounds"
+    )
     print(f"| {'forward + backward':<20} | {'wall s (median)':>15} | {'CPU s (median)':>14} |")
     print(f"|{'-' * 22}|{'-' * 17}|{'-' * 16}|")
     for name, values in results.items():

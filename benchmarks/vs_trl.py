@@ -108,11 +108,19 @@ def run_ours(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         return answer
 
     config = ls.TrainerConfig(
-        group_size=GROUP_SIZE, batch_size=PROMPTS_PER_STEP, max_steps=STEP_CAP, max_time_s=args.budget_s,
-        max_tokens=MAX_NEW_TOKENS, learning_rate=args.learning_rate, temperature=args.temperature,
-        micro_batch_size=MICRO_BATCH, eval_every=0, save_every=0, run_dir=str(work_dir / "ours"),
+        group_size=GROUP_SIZE,
+        batch_size=PROMPTS_PER_STEP,
+        max_steps=STEP_CAP,
+        max_time_s=args.budget_s,
+        max_tokens=MAX_NEW_TOKENS,
+        learning_rate=args.learning_rate,
+        temperature=args.temperature,
+        micro_batch_size=MICRO_BATCH,
+        eval_every=0,
+        save_every=0,
+        run_dir=str(work_dir / "ours"),
         seed=args.seed,
-    )  # fmt: skip
+    )
     train_tasks, _ = task_split(args.seed)
     result = ls.Trainer(config=config).fit(adder, train_tasks)
     steps = [record for record in result.history if "time_step_s" in record]
@@ -171,22 +179,47 @@ def run_trl(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         [{"prompt": [{"role": "user", "content": question(task)}], **task} for task in train_tasks]
     )
     config = GRPOConfig(
-        output_dir=str(work_dir / "trl"), per_device_train_batch_size=MICRO_BATCH,
+        output_dir=str(work_dir / "trl"),
+        per_device_train_batch_size=MICRO_BATCH,
         gradient_accumulation_steps=GROUP_SIZE * PROMPTS_PER_STEP // MICRO_BATCH,
-        generation_batch_size=GROUP_SIZE * PROMPTS_PER_STEP, num_generations=GROUP_SIZE,
-        max_completion_length=MAX_NEW_TOKENS, temperature=args.temperature, learning_rate=args.learning_rate,
-        lr_scheduler_type="constant", max_steps=STEP_CAP, beta=0.0, max_grad_norm=1.0, use_vllm=False,
-        bf16=False, gradient_checkpointing=False, save_strategy="no", report_to="none", logging_steps=1,
-        disable_tqdm=True, seed=args.seed, use_cpu=True, dataloader_num_workers=0,
-    )  # fmt: skip
-    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=list(DEFAULT_LORA_TARGET_MODULES),
-                      task_type="CAUSAL_LM")  # fmt: skip
+        generation_batch_size=GROUP_SIZE * PROMPTS_PER_STEP,
+        num_generations=GROUP_SIZE,
+        max_completion_length=MAX_NEW_TOKENS,
+        temperature=args.temperature,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        max_steps=STEP_CAP,
+        beta=0.0,
+        max_grad_norm=1.0,
+        use_vllm=False,
+        bf16=False,
+        gradient_checkpointing=False,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=args.seed,
+        use_cpu=True,
+        dataloader_num_workers=0,
+    )
+    lora = LoraConfig(
+        r=16,
+        lora_alpha=32,
+        lora_dropout=0.0,
+        target_modules=list(DEFAULT_LORA_TARGET_MODULES),
+        task_type="CAUSAL_LM",
+    )
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     budget = Budget()
     trainer = GRPOTrainer(
-        model=model, reward_funcs=first_integer_is_sum, args=config, train_dataset=dataset,
-        processing_class=AutoTokenizer.from_pretrained(path), peft_config=lora, callbacks=[budget],
-    )  # fmt: skip
+        model=model,
+        reward_funcs=first_integer_is_sum,
+        args=config,
+        train_dataset=dataset,
+        processing_class=AutoTokenizer.from_pretrained(path),
+        peft_config=lora,
+        callbacks=[budget],
+    )
     trainer.train()
     adapter = work_dir / "trl" / "adapter"
     trainer.model.save_pretrained(str(adapter))
@@ -216,8 +249,9 @@ def heldout_accuracy(adapters: dict[str, str | None], seed: int) -> dict[str, fl
         if adapter is not None:
             model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
         with torch.inference_mode():
-            output = model.generate(**batch, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+            output = model.generate(
+                **batch, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
         replies = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         rewards = [exact_reward(task, reply) for task, reply in zip(heldout, replies)]
         accuracy[name] = sum(rewards) / len(rewards)
@@ -241,10 +275,24 @@ def sample_load(samples: list[float], done: threading.Event) -> None:
 def run_side(side: str, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     """Run one side in a child process and return its measurements."""
     out = work_dir / f"{side}.json"
-    command = [sys.executable, __file__, "--side", side, "--side-output", str(out),
-               "--work-dir", str(work_dir),
-               "--budget-minutes", str(args.budget_minutes), "--learning-rate", str(args.learning_rate),
-               "--temperature", str(args.temperature), "--seed", str(args.seed)]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--side",
+        side,
+        "--side-output",
+        str(out),
+        "--work-dir",
+        str(work_dir),
+        "--budget-minutes",
+        str(args.budget_minutes),
+        "--learning-rate",
+        str(args.learning_rate),
+        "--temperature",
+        str(args.temperature),
+        "--seed",
+        str(args.seed),
+    ]
     print(f"\n=== {side}: {args.budget_minutes} min budget (load {load_average():.1f}) ===", flush=True)
     loads, done = [load_average()], threading.Event()
     sampler = threading.Thread(target=sample_load, args=(loads, done), daemon=True)
@@ -284,8 +332,18 @@ def summary_row(name: str, measured: dict[str, Any], before: float, after: float
     ]
 
 
-HEADER = ["trainer", "steps", "median step (s)", "tokens/s", "training time (s)", "process wall (s)",
-          "peak RSS (GiB)", "train successes", "held-out before", "held-out after"]  # fmt: skip
+HEADER = [
+    "trainer",
+    "steps",
+    "median step (s)",
+    "tokens/s",
+    "training time (s)",
+    "process wall (s)",
+    "peak RSS (GiB)",
+    "train successes",
+    "held-out before",
+    "held-out after",
+]
 
 
 def markdown_table(rows: list[list[str]]) -> str:

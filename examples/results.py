@@ -22,7 +22,9 @@ def summarize_fit(result: Any, *, report: bool = True, curve_to: str | Path | No
         "base_reward": result.initial_eval["reward"] if result.initial_eval else math.nan,
         "trained_reward": result.final_eval["reward"] if result.final_eval else math.nan,
         "steps": sum(1 for record in result.history if "time_step_s" in record),
-        "curve": [(record["step"], record["val_reward"]) for record in result.history if "val_reward" in record],
+        "curve": [
+            (record["step"], record["val_reward"]) for record in result.history if "val_reward" in record
+        ],
         "run_dir": str(result.run_dir),
         "adapter": str(result.adapter_path),
     }

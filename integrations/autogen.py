@@ -161,7 +161,8 @@ def instrument_autogen() -> bool:
         missing = [name for name, original in found.items() if not isinstance(original, classmethod)]
         if missing:
             raise RuntimeError(
-                f"this autogen-agentchat has no AssistantAgent.{', '.join(missing)}, which lightning-sdk's AutoGen "
+                f"this autogen-agentchat has no AssistantAgent.{', '.join(missing)}, "
+                "which lightning-sdk's AutoGen "
                 "integration wraps; install a supported version: pip install 'lightning-sdk[autogen]'"
             )
         for name, step in _MODEL_STEPS.items():

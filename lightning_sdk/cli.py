@@ -23,21 +23,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     quickstart = commands.add_parser(
         "quickstart",
-        help="Train the calculator agent (AutoGen + a calculator tool) on the bundled model in about 10 minutes.",
+        help="Train the calculator agent (AutoGen + a calculator tool) on the bundled model "
+        "in about 10 minutes.",
     )
-    quickstart.add_argument("--steps", type=int, default=QUICKSTART["steps"],
-                            help=f"Training steps (default: {QUICKSTART['steps']}).")  # fmt: skip
+    quickstart.add_argument(
+        "--steps",
+        type=int,
+        default=QUICKSTART["steps"],
+        help=f"Training steps (default: {QUICKSTART['steps']}).",
+    )
     quickstart.add_argument("--run-dir", default=None, help="Run folder (default: runs/<date-time>).")
     quickstart.set_defaults(handler=_run_quickstart)
 
-    train = commands.add_parser("train", help="Train an agent: lightning-sdk train module:agent --data tasks.jsonl")
+    train = commands.add_parser(
+        "train", help="Train an agent: lightning-sdk train module:agent --data tasks.jsonl"
+    )
     train.add_argument("agent", help="The agent function as module:function (module importable from here).")
     train.add_argument("--data", required=True, help="Training tasks: a .jsonl file, one task per line.")
     train.add_argument("--val-data", default=None, help="Validation tasks (.jsonl).")
-    train.add_argument("--reward", default=None, help="Optional reward function module:function(task, output).")
-    train.add_argument("--model", default=None, help="Model folder or Hub id (default: bundled SmolLM2-135M).")
-    train.add_argument("--engine", default="auto", choices=["auto", "vllm", "transformers"],
-                       help="Inference engine (default: vLLM when installed, else transformers).")  # fmt: skip
+    train.add_argument(
+        "--reward", default=None, help="Optional reward function module:function(task, output)."
+    )
+    train.add_argument(
+        "--model", default=None, help="Model folder or Hub id (default: bundled SmolLM2-135M)."
+    )
+    train.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "vllm", "transformers"],
+        help="Inference engine (default: vLLM when installed, else transformers).",
+    )
     train.add_argument("--config", default=None, help="TrainerConfig fields as a JSON file.")
     train.add_argument("--steps", type=int, default=None, help="Override max_steps.")
     train.add_argument("--run-dir", default=None, help="Run folder.")
@@ -85,9 +100,11 @@ def _run_quickstart(args: argparse.Namespace) -> int:
 
 
 def _print_quickstart_summary(summary: dict[str, Any]) -> None:
-    print(f"\nheld-out reward (greedy, word problems solved): base {summary['base_reward']:.3f} "
-          f"-> trained {summary['trained_reward']:.3f} after {summary['steps']} steps "
-          f"({summary['wall_time_s'] / 60:.1f} min)")  # fmt: skip
+    print(
+        f"\nheld-out reward (greedy, word problems solved): base {summary['base_reward']:.3f} "
+        f"-> trained {summary['trained_reward']:.3f} after {summary['steps']} steps "
+        f"({summary['wall_time_s'] / 60:.1f} min)"
+    )
     print(f"adapter: {summary['adapter']}\nreport:  {summary.get('report')}")
 
 
@@ -103,7 +120,9 @@ def _run_train(args: argparse.Namespace) -> int:
     trainer = Trainer(model=args.model, config=TrainerConfig(**fields), engine=args.engine)
     reward = _load_object(args.reward) if args.reward else None
     val = _read_jsonl(args.val_data) if args.val_data else None
-    result = trainer.fit(_load_object(args.agent), _read_jsonl(args.data), val, reward=reward, resume=args.resume)
+    result = trainer.fit(
+        _load_object(args.agent), _read_jsonl(args.data), val, reward=reward, resume=args.resume
+    )
     print(f"run: {result.run_dir}\nadapter: {result.adapter_path}")
     if result.initial_eval and result.final_eval:
         print(f"validation reward: {result.initial_eval['reward']:.3f} -> {result.final_eval['reward']:.3f}")
@@ -126,8 +145,14 @@ def _run_runner(args: argparse.Namespace) -> int:
     if not key:
         raise ValueError("the run's key is needed: --key or LIGHTNING_SDK_KEY (the trainer prints it).")
     try:
-        run_runner(load_agent(args.agent), args.trainer, key, concurrency=args.concurrency, name=args.name,
-                   episode_timeout_s=args.episode_timeout)  # fmt: skip
+        run_runner(
+            load_agent(args.agent),
+            args.trainer,
+            key,
+            concurrency=args.concurrency,
+            name=args.name,
+            episode_timeout_s=args.episode_timeout,
+        )
     except KeyboardInterrupt:
         print("runner stopped", file=sys.stderr)
     return 0

@@ -25,21 +25,42 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env.pop("PYTEST_CURRENT_TEST", None)
     return subprocess.run(
         [sys.executable, "-m", "lightning_sdk.cli", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
 
 
 @pytest.mark.slow
 def test_train_then_report_from_the_command_line(tmp_path: Path) -> None:
     data = tmp_path / "tasks.jsonl"
-    data.write_text("".join(json.dumps({"question": f"Name an animal, number {i}."}) + "\n" for i in range(4)))
+    data.write_text(
+        "".join(json.dumps({"question": f"Name an animal, number {i}."}) + "\n" for i in range(4))
+    )
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"group_size": 2, "batch_size": 2, "max_tokens": 6, "progress_bar": False}))
     run_dir = tmp_path / "run"
 
-    trained = run_cli("train", "tests.scripts.cli_agent:solver", "--data", str(data), "--val-data", str(data),
-                      "--reward", "tests.scripts.cli_agent:length_reward", "--config", str(config),
-                      "--steps", "1", "--run-dir", str(run_dir), cwd=ROOT)  # fmt: skip
+    trained = run_cli(
+        "train",
+        "tests.scripts.cli_agent:solver",
+        "--data",
+        str(data),
+        "--val-data",
+        str(data),
+        "--reward",
+        "tests.scripts.cli_agent:length_reward",
+        "--config",
+        str(config),
+        "--steps",
+        "1",
+        "--run-dir",
+        str(run_dir),
+        cwd=ROOT,
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert f"run: {run_dir}" in trained.stdout and "validation reward:" in trained.stdout
     [step] = [record for record in read_metrics(run_dir) if "reward_mean" in record]
@@ -80,8 +101,18 @@ def test_serve_runs_until_interrupted_and_answers_the_openai_client(tmp_path: Pa
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_CURRENT_TEST", None)
-    command = interruptible("lightning_sdk.cli", "serve", "--engine", "transformers", "--port", "0",
-                            "--api-key", "sk-test", "--max-tokens", "8")  # fmt: skip
+    command = interruptible(
+        "lightning_sdk.cli",
+        "serve",
+        "--engine",
+        "transformers",
+        "--port",
+        "0",
+        "--api-key",
+        "sk-test",
+        "--max-tokens",
+        "8",
+    )
     # The server's log goes to a file: a pipe nobody reads until the end can fill up and block the server.
     log = tmp_path / "serve.log"
     with log.open("w") as stderr:
@@ -99,9 +130,11 @@ def test_serve_runs_until_interrupted_and_answers_the_openai_client(tmp_path: Pa
         server.send_signal(signal.SIGINT)
         try:
             returncode = server.wait(timeout=180)  # a loaded machine needs time to drain and stop the engine
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as timeout:
             server.kill()
-            raise AssertionError(f"serve did not stop within 180 s of Ctrl+C; its log:\n{log.read_text()}")
+            raise AssertionError(
+                f"serve did not stop within 180 s of Ctrl+C; its log:\n{log.read_text()}"
+            ) from timeout
     assert returncode in (0, -signal.SIGINT, 130), log.read_text()
 
 

@@ -50,8 +50,9 @@ def test_penalties_change_greedy_output_the_same_way_in_both_engines(
     # penalties, then temperature, then top_p; counted over the completion's own tokens).
     prompt = chat_prompt_ids([{"role": "user", "content": "Repeat the word 'apple' twenty times."}])
     plain = SamplingParams(temperature=0, max_tokens=24, top_logprobs=2)
-    penalised = SamplingParams(temperature=0, max_tokens=24, top_logprobs=2, frequency_penalty=1.5,
-                               presence_penalty=0.5)  # fmt: skip
+    penalised = SamplingParams(
+        temperature=0, max_tokens=24, top_logprobs=2, frequency_penalty=1.5, presence_penalty=0.5
+    )
     (vllm_plain,) = vllm_engine.generate([prompt], plain)
     (vllm_penalised,) = vllm_engine.generate([prompt], penalised)
     (ours,) = transformers_engine.generate([prompt], penalised)

@@ -55,7 +55,7 @@ def test_local_folder_is_used_as_is(tmp_path: Path) -> None:
 
 
 def test_folder_without_config_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(ModelNotFoundError, match="config.json"):
+    with pytest.raises(ModelNotFoundError, match=r"config\.json"):
         resolve_model(tmp_path)
 
 

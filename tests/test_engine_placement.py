@@ -61,9 +61,12 @@ def test_more_processes_than_gpus_on_a_node_is_refused(env) -> None:
 
 
 @pytest.mark.parametrize(
-    ("env", "message"), [({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not a whole number"),
-                         ({"WORLD_SIZE": "2", "RANK": "-1"}, "must not be negative")]
-)  # fmt: skip
+    ("env", "message"),
+    [
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE='two' is not a whole number"),
+        ({"WORLD_SIZE": "2", "RANK": "-1"}, "must not be negative"),
+    ],
+)
 def test_malformed_torchrun_variables_are_named(env, message) -> None:
     with pytest.raises(ValueError, match=message):
         plan_placement(env, cuda_devices=0)

@@ -22,9 +22,19 @@ from lightning_sdk.tracing.store import EpisodeStore
 
 @pytest.mark.parametrize(
     ("expression", "value"),
-    [("1 + 2 * 3", 7), ("(1 + 2) * 3", 9), ("7 / 2", 3.5), ("7 // 2", 3), ("7 % 4", 3), ("2 ** 10", 1024),
-     ("-3 + +5", 2), ("-(4 - 10)", 6), (" 1.5 * 4 ", 6.0), ("2 ** -1", 0.5)],
-)  # fmt: skip
+    [
+        ("1 + 2 * 3", 7),
+        ("(1 + 2) * 3", 9),
+        ("7 / 2", 3.5),
+        ("7 // 2", 3),
+        ("7 % 4", 3),
+        ("2 ** 10", 1024),
+        ("-3 + +5", 2),
+        ("-(4 - 10)", 6),
+        (" 1.5 * 4 ", 6.0),
+        ("2 ** -1", 0.5),
+    ],
+)
 def test_calculator_computes_arithmetic(expression: str, value: float) -> None:
     assert calculate(expression) == value
 
@@ -83,7 +93,7 @@ def test_train_and_held_out_problems_are_disjoint() -> None:
 
 autogen = pytest.importorskip("autogen_agentchat", reason="the example needs lightning-sdk[autogen]")
 
-from lightning_sdk.examples.calc_autogen.agent import (
+from lightning_sdk.examples.calc_autogen.agent import (  # noqa: E402 - after the importorskip above
     AGENT_NAME,
     answer_reward,
     example_turns,
@@ -93,9 +103,17 @@ from lightning_sdk.examples.calc_autogen.agent import (
 
 @pytest.mark.parametrize(
     ("text", "answer"),
-    [("42", 42.0), ("The answer is 1,250.", 1250.0), ("3 + 4 = 7 apples", 7.0), ("-5", -5.0),
-     ("0.333333", 0.333333), ("no number", None), (None, None), ("Error: Exponents above 64 are not allowed.", None)],
-)  # fmt: skip
+    [
+        ("42", 42.0),
+        ("The answer is 1,250.", 1250.0),
+        ("3 + 4 = 7 apples", 7.0),
+        ("-5", -5.0),
+        ("0.333333", 0.333333),
+        ("no number", None),
+        (None, None),
+        ("Error: Exponents above 64 are not allowed.", None),
+    ],
+)
 def test_final_answer_is_the_last_number_of_the_final_message(text: str | None, answer: float | None) -> None:
     assert final_answer(text) == answer
 
@@ -139,8 +157,17 @@ def test_two_training_steps_end_to_end(engine: Any, tmp_path: Path, autogen_off_
     from lightning_sdk.examples.calc_autogen.train import train
 
     run_dir = tmp_path / "run"
-    summary = train(steps=2, run_dir=run_dir, engine=engine, batch_size=2, group_size=4, train_size=16,
-                    test_size=4, eval_every=0, curve_to=tmp_path / "curve.png")  # fmt: skip
+    summary = train(
+        steps=2,
+        run_dir=run_dir,
+        engine=engine,
+        batch_size=2,
+        group_size=4,
+        train_size=16,
+        test_size=4,
+        eval_every=0,
+        curve_to=tmp_path / "curve.png",
+    )
 
     assert (
         summary["steps"] == 2

@@ -192,7 +192,9 @@ def task_about(tasks: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return next(t for t in tasks if t["kind"] == kind)
 
 
-async def run_agent(server: OpenAITestServer, task: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> ls.Episode:
+async def run_agent(
+    server: OpenAITestServer, task: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> ls.Episode:
     # As the trainer does: the environment points the SDK's default client at the server.
     for name, value in ls.LLMEndpoint(server.base_url, server.api_key, "test-model").env.items():
         monkeypatch.setenv(name, value)
@@ -202,7 +204,10 @@ async def run_agent(server: OpenAITestServer, task: dict[str, Any], monkeypatch:
 
 
 async def test_agent_searches_answers_and_is_scored(
-    openai_server: OpenAITestServer, world_tasks: Any, agents_instrumentation: None, monkeypatch: pytest.MonkeyPatch
+    openai_server: OpenAITestServer,
+    world_tasks: Any,
+    agents_instrumentation: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     task = task_about(world_tasks[1], "founder")
     openai_server.queue(
@@ -222,11 +227,17 @@ async def test_agent_searches_answers_and_is_scored(
     assert first["instructions"] and len(first["input"]) == len(demonstration()) + 1
     assert first["input"][-1] == {"role": "user", "content": task["question"]}
     tool_result = second["input"][-1]
-    assert tool_result["type"] == "function_call_output" and f"founded by {task['answer']}" in tool_result["output"]
+    assert (
+        tool_result["type"] == "function_call_output"
+        and f"founded by {task['answer']}" in tool_result["output"]
+    )
 
 
 async def test_agent_that_never_answers_scores_zero(
-    openai_server: OpenAITestServer, world_tasks: Any, agents_instrumentation: None, monkeypatch: pytest.MonkeyPatch
+    openai_server: OpenAITestServer,
+    world_tasks: Any,
+    agents_instrumentation: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     task = task_about(world_tasks[1], "year")
     openai_server.queue(*[Reply(tool_calls=[{"name": "search", "arguments": {"q": "x"}}])] * MAX_TURNS)
@@ -238,7 +249,10 @@ async def test_agent_that_never_answers_scores_zero(
 
 
 async def test_an_answer_cut_by_max_tokens_scores_zero_and_is_not_a_failure(
-    openai_server: OpenAITestServer, world_tasks: Any, agents_instrumentation: None, monkeypatch: pytest.MonkeyPatch
+    openai_server: OpenAITestServer,
+    world_tasks: Any,
+    agents_instrumentation: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The Responses API ends such a reply as "incomplete", and the SDK raises on it; the agent scores it 0.
     task = task_about(world_tasks[1], "founder")
@@ -269,9 +283,18 @@ def test_two_training_steps_end_to_end(engine: Any, tmp_path: Path, agents_instr
 
     run_dir = tmp_path / "run"
     summary = train(
-        steps=2, run_dir=str(run_dir), engine=engine, test_size=4, curve_to=tmp_path / "curve.png",
-        batch_size=2, group_size=4, max_tokens=24, eval_every=0, progress_bar=False, max_concurrency=8,
-    )  # fmt: skip
+        steps=2,
+        run_dir=str(run_dir),
+        engine=engine,
+        test_size=4,
+        curve_to=tmp_path / "curve.png",
+        batch_size=2,
+        group_size=4,
+        max_tokens=24,
+        eval_every=0,
+        progress_bar=False,
+        max_concurrency=8,
+    )
 
     assert 0.0 <= summary["base_reward"] <= 1.0 and 0.0 <= summary["trained_reward"] <= 1.0
     steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]

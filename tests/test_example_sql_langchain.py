@@ -199,8 +199,11 @@ def test_reward_runs_the_gold_query(db_path: Path) -> None:
 
 def test_reward_refuses_guesses_and_unchosen_columns(db_path: Path) -> None:
     name, salary = run_query(db_path, "SELECT name, salary FROM employees WHERE id = 1").rows[0]
-    task = {"id": "salary_of", "gold_sql": f"SELECT salary FROM employees WHERE name = '{name}'",
-            "db_path": str(db_path)}  # fmt: skip
+    task = {
+        "id": "salary_of",
+        "gold_sql": f"SELECT salary FROM employees WHERE name = '{name}'",
+        "db_path": str(db_path),
+    }
     assert sql_reward(task, run_query(db_path, f"SELECT salary FROM employees WHERE name = '{name}'")) == 1.0
     assert sql_reward(task, run_query(db_path, f"SELECT * FROM employees WHERE name = '{name}'")) == 0.0
     assert sql_reward(task, run_query(db_path, f"SELECT {salary}")) == 0.0  # right number, no lookup
@@ -211,10 +214,12 @@ def test_reward_refuses_guesses_and_unchosen_columns(db_path: Path) -> None:
 
 def agent_task(db_path: Path) -> dict[str, Any]:
     return {
-        "id": "max_age_city:Paris", "question": "How old is the oldest employee in Paris?",
-        "gold_sql": "SELECT MAX(age) FROM employees WHERE city = 'Paris'", "ordered": False,
+        "id": "max_age_city:Paris",
+        "question": "How old is the oldest employee in Paris?",
+        "gold_sql": "SELECT MAX(age) FROM employees WHERE city = 'Paris'",
+        "ordered": False,
         "db_path": str(db_path),
-    }  # fmt: skip
+    }
 
 
 def run_agent(task: dict[str, Any], server: OpenAITestServer) -> ls.Episode:
@@ -275,10 +280,18 @@ def test_two_training_steps_end_to_end(vllm_engine: Any, tmp_path: Path) -> None
     run_dir = tmp_path / "run"
     try:
         summary = train(
-            steps=2, run_dir=str(run_dir), engine=vllm_engine, data_dir=tmp_path / "data", test_size=4,
-            curve_to=tmp_path / "curve.png", batch_size=2, group_size=3, max_tokens=48,
-            eval_every=0, progress_bar=False,
-        )  # fmt: skip
+            steps=2,
+            run_dir=str(run_dir),
+            engine=vllm_engine,
+            data_dir=tmp_path / "data",
+            test_size=4,
+            curve_to=tmp_path / "curve.png",
+            batch_size=2,
+            group_size=3,
+            max_tokens=48,
+            eval_every=0,
+            progress_bar=False,
+        )
     finally:
         vllm_engine.load_adapter(None, version=None)
 

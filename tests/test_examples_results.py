@@ -16,8 +16,13 @@ def test_summary_has_the_held_out_numbers_the_curve_and_the_copied_png(tmp_path:
         writer.log(1, {"reward_mean": 0.3, "time_step_s": 2.0})
         writer.log(2, {"reward_mean": 0.5, "time_step_s": 2.0})
         writer.log(2, {"val_reward": 0.4})
-    result = FitResult(run_dir=run_dir, adapter_path=run_dir / "adapter", history=read_metrics(run_dir),
-                       initial_eval={"reward": 0.1}, final_eval={"reward": 0.4})  # fmt: skip
+    result = FitResult(
+        run_dir=run_dir,
+        adapter_path=run_dir / "adapter",
+        history=read_metrics(run_dir),
+        initial_eval={"reward": 0.1},
+        final_eval={"reward": 0.4},
+    )
 
     summary = summarize_fit(result, curve_to=tmp_path / "curve.png")
 

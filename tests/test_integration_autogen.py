@@ -81,7 +81,8 @@ def writer_checker_team(model_client: Any, stream: bool = False) -> RoundRobinGr
         model_client_stream=stream,
     )
     checker = AssistantAgent("checker", model_client=model_client, system_message="You check answers.")
-    # Chat messages: the task, the writer's reflected answer, the checker's verdict (tool events do not count).
+    # Chat messages: the task, the writer's reflected answer, the checker's verdict (tool events do not
+    # count).
     return RoundRobinGroupChat([writer, checker], termination_condition=MaxMessageTermination(3))
 
 

@@ -124,9 +124,10 @@ async def test_handoff_keeps_agent_names_with_tool_calls_and_token_ids(
     streamed, client, openai_server, instrumented, agents_on
 ):
     openai_server.queue(*HANDOFF_TOOL_ANSWER)
-    plain = lambda: client.chat.completions.create(
-        model="test-model", messages=[{"role": "user", "content": "p"}]
-    )
+
+    def plain() -> Any:
+        return client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "p"}])
+
     episode = await run_episode(triage_desk(client), "What is 2 + 3?", streamed=streamed, after=plain)
 
     assert episode.output == "The sum is 5."

@@ -45,9 +45,12 @@ def test_an_agent_defined_in_a_script_run_as_main_is_named_by_its_file(monkeypat
 
 @pytest.mark.parametrize(
     ("reference", "message"),
-    [("no_colon", "must look like module:function"), ("missing.py:f", "does not exist"),
-     ("json:no_such_function", "has no attribute 'no_such_function'")],
-)  # fmt: skip
+    [
+        ("no_colon", "must look like module:function"),
+        ("missing.py:f", "does not exist"),
+        ("json:no_such_function", "has no attribute 'no_such_function'"),
+    ],
+)
 def test_bad_references_are_explained(reference, message) -> None:
     with pytest.raises(ValueError, match=message):
         load_agent(reference)

@@ -43,9 +43,10 @@ def protocol_server(vllm_engine: Any, openai_server: Any) -> Any:
 
     queue = RolloutQueue(lease_timeout_s=3.0, episode_timeout_s=120.0, max_attempts=3)
     server = start_server(
-        vllm_engine, routes=[lambda app, authorize: install_rollout_routes(app, authorize, queue)],
+        vllm_engine,
+        routes=[lambda app, authorize: install_rollout_routes(app, authorize, queue)],
         upstream=Upstream(openai_server.base_url, openai_server.api_key),
-    )  # fmt: skip
+    )
     yield queue, server
     queue.close("test over")
     server.stop()
@@ -245,8 +246,12 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
     lease = http.post("/v1/rollouts/lease", json={"runner": "curl", "wait_s": 1}).json()
     gateway = lease["gateway_base_url"]
     assert gateway == f"{root}/rollouts/g0/{lease['lease_id']}/v1"
-    ask = {"model": "default", "messages": [{"role": "user", "content": lease["task"]["question"]}],
-           "max_tokens": 8, "temperature": 0}  # fmt: skip
+    ask = {
+        "model": "default",
+        "messages": [{"role": "user", "content": lease["task"]["question"]}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
     answered = http.post(f"{gateway}/chat/completions", json=ask)
     assert answered.status_code == 200, answered.text
     whole = answered.json()
@@ -265,9 +270,16 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
         f"/v1/rollouts/{rollout_id}/reward", json={"lease_id": lease["lease_id"], "reward": "high"}
     )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_reward"
-    done = http.post(f"/v1/rollouts/{rollout_id}/reward",
-                     json={"lease_id": lease["lease_id"], "reward": 1.0, "step_rewards": [0.5, None],
-                           "output": "4", "name": "curl-agent"})  # fmt: skip
+    done = http.post(
+        f"/v1/rollouts/{rollout_id}/reward",
+        json={
+            "lease_id": lease["lease_id"],
+            "reward": 1.0,
+            "step_rewards": [0.5, None],
+            "output": "4",
+            "name": "curl-agent",
+        },
+    )
     assert done.json() == {"stored": True, "calls": 2}
     [outcome] = queue.wait([rollout_id], timeout_s=5)
     episode = ls.Episode.from_dict(outcome.episode)
@@ -280,7 +292,9 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
     assert {call.agent_name for call in episode.calls} == {"curl-agent"}
 
 
-def test_gateway_records_responses_calls_and_passes_embeddings_through(protocol_server, openai_server) -> None:
+def test_gateway_records_responses_calls_and_passes_embeddings_through(
+    protocol_server, openai_server
+) -> None:
     # An agent on the Responses API that also embeds with OpenAI, pointed at its lease's gateway base URL.
     queue, server = protocol_server
     root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
@@ -290,10 +304,14 @@ def test_gateway_records_responses_calls_and_passes_embeddings_through(protocol_
     client = openai.OpenAI(base_url=lease["gateway_base_url"], api_key=key, max_retries=0)
     embedded = client.embeddings.create(model="text-embedding-3-small", input="2 + 2")
     assert embedded.data[0].embedding == [0.05, 0.2] and len(openai_server.requests) == 1
-    whole = client.responses.create(model="default", input=lease["task"]["question"], max_output_tokens=8,
-                                    temperature=0)  # fmt: skip
-    events = list(client.responses.create(model="default", input="Name a colour.", max_output_tokens=8,
-                                          temperature=0, stream=True))  # fmt: skip
+    whole = client.responses.create(
+        model="default", input=lease["task"]["question"], max_output_tokens=8, temperature=0
+    )
+    events = list(
+        client.responses.create(
+            model="default", input="Name a colour.", max_output_tokens=8, temperature=0, stream=True
+        )
+    )
     streamed = events[-1].response  # response.completed, or response.incomplete when cut at 8 tokens
     gone = openai.OpenAI(base_url=f"{root}/rollouts/r0/not-the-lease/v1", api_key=key, max_retries=0)
     with pytest.raises(openai.ConflictError):
@@ -321,9 +339,18 @@ def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(
     tasks = [{**TASKS[0], "hang_once": str(marker)}, TASKS[1]]
     # A long lease keeps the step waiting for the hung rollout long enough to see Ray restart the actor.
     runners = ls.Runners(processes=2, backend="ray", resources={"num_cpus": 0.5}, lease_timeout_s=30)
-    config = ls.TrainerConfig(group_size=2, batch_size=2, max_steps=1, max_tokens=6, learning_rate=1e-3,
-                              eval_every=0, save_every=0, run_dir=str(tmp_path / "ray"), progress_bar=False,
-                              runners=runners)  # fmt: skip
+    config = ls.TrainerConfig(
+        group_size=2,
+        batch_size=2,
+        max_steps=1,
+        max_tokens=6,
+        learning_rate=1e-3,
+        eval_every=0,
+        save_every=0,
+        run_dir=str(tmp_path / "ray"),
+        progress_bar=False,
+        runners=runners,
+    )
     trainer = ls.Trainer(config=config, engine=vllm_engine)
     seen: dict[str, Any] = {}
 
@@ -353,8 +380,9 @@ def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(
     assert {e.metadata["runner"].split("/")[0] for e in episodes} <= {"ray-0", "ray-1"}
     assert max(e.metadata["attempt"] for e in episodes) == 2  # the killed actor's rollout, run again
     # The same episodes as the same tasks run in the trainer's process, and the adapter trained.
-    in_process = ls.Trainer(config=dataclasses.replace(config, run_dir=str(tmp_path / "here"), runners=None),
-                            engine=vllm_engine).fit(solver, TASKS[:2])  # fmt: skip
+    in_process = ls.Trainer(
+        config=dataclasses.replace(config, run_dir=str(tmp_path / "here"), runners=None), engine=vllm_engine
+    ).fit(solver, TASKS[:2])
     assert _structure(tmp_path / "ray") == _structure(tmp_path / "here")
     [record] = [r for r in result.history if "reward_mean" in r]
     assert record["samples"] > 0 and _adapter_moved(result) and _adapter_moved(in_process)

@@ -35,11 +35,13 @@ def test_embeddings_pass_through_to_the_upstream_with_its_key(policy_server: Any
     reply = client.embeddings.create(model="text-embedding-3-small", input=["a cat", "two dogs run"])
     assert [item.embedding for item in reply.data] == [[0.05, 0.1], [0.12, 0.2]]
     # The upstream answered, so it got its own key (it refuses any other); it saw the body unchanged.
-    assert openai_server.requests == [{"model": "text-embedding-3-small", "input": ["a cat", "two dogs run"],
-                                       "encoding_format": "base64"}]  # fmt: skip
+    assert openai_server.requests == [
+        {"model": "text-embedding-3-small", "input": ["a cat", "two dogs run"], "encoding_format": "base64"}
+    ]
     # The policy's own routes are still served here, not passed through.
-    chat = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "Hi"}],
-                                          max_tokens=2, temperature=0)  # fmt: skip
+    chat = client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Hi"}], max_tokens=2, temperature=0
+    )
     assert chat.model == policy_server.endpoint.model and len(openai_server.requests) == 1
 
 
@@ -95,9 +97,13 @@ def test_an_upstream_that_is_this_server_is_refused_not_looped(vllm_engine: Any)
 def test_the_upstream_defaults_to_what_the_openai_client_would_call() -> None:
     assert Upstream.from_environment({}) is None
     assert Upstream.from_environment({"OPENAI_API_KEY": "sk-1"}) == Upstream(OPENAI_API_BASE, "sk-1")
-    assert Upstream.from_environment({"OPENAI_BASE_URL": "http://h:1/v1/", "OPENAI_API_KEY": "sk-1"}) == Upstream(
-        "http://h:1/v1", "sk-1")  # fmt: skip
-    assert Upstream.from_environment({"OPENAI_BASE_URL": "http://h:1/v1", "MY_KEY": "k"}, "MY_KEY").api_key == "k"
+    assert Upstream.from_environment(
+        {"OPENAI_BASE_URL": "http://h:1/v1/", "OPENAI_API_KEY": "sk-1"}
+    ) == Upstream("http://h:1/v1", "sk-1")
+    assert (
+        Upstream.from_environment({"OPENAI_BASE_URL": "http://h:1/v1", "MY_KEY": "k"}, "MY_KEY").api_key
+        == "k"
+    )
     assert "sk-1" not in repr(Upstream(OPENAI_API_BASE, "sk-1"))
     with pytest.raises(ValueError, match="http"):
         Upstream("api.openai.com/v1")
@@ -115,20 +121,32 @@ def test_a_rag_agent_that_embeds_through_openai_trains(
         query = client.embeddings.create(model="text-embedding-3-small", input=task["question"]).data[0]
         best = min(documents.values(), key=lambda doc: abs(len(doc) / 100.0 - query.embedding[0]))
         reply = client.chat.completions.create(
-            model="gpt-4o-mini", max_tokens=8,
-            messages=[{"role": "user", "content": f"{best}\nQuestion: {task['question']}"}])  # fmt: skip
+            model="gpt-4o-mini",
+            max_tokens=8,
+            messages=[{"role": "user", "content": f"{best}\nQuestion: {task['question']}"}],
+        )
         return reply.choices[0].message.content or ""
 
     config = ls.TrainerConfig(
-        group_size=2, batch_size=2, max_steps=1, max_tokens=8, save_every=0, eval_every=0,
-        run_dir=str(tmp_path / "run"), progress_bar=False,
-        upstream_base_url=openai_server.base_url, upstream_api_key_env="RETRIEVER_KEY",
-    )  # fmt: skip
-    tasks = [{"question": "What is the capital of France?", "answer": "Paris"},
-             {"question": "What is the capital of Italy?", "answer": "Rome"}]  # fmt: skip
+        group_size=2,
+        batch_size=2,
+        max_steps=1,
+        max_tokens=8,
+        save_every=0,
+        eval_every=0,
+        run_dir=str(tmp_path / "run"),
+        progress_bar=False,
+        upstream_base_url=openai_server.base_url,
+        upstream_api_key_env="RETRIEVER_KEY",
+    )
+    tasks = [
+        {"question": "What is the capital of France?", "answer": "Paris"},
+        {"question": "What is the capital of Italy?", "answer": "Rome"},
+    ]
     try:
         ls.Trainer(config=config, engine=vllm_engine).fit(
-            rag, tasks, reward=lambda task, answer: float(task["answer"] in answer))
+            rag, tasks, reward=lambda task, answer: float(task["answer"] in answer)
+        )
     finally:
         vllm_engine.load_adapter(None, version=None)
     (step,) = [r for r in read_metrics(tmp_path / "run") if "reward_mean" in r]

@@ -16,12 +16,27 @@ from lightning_sdk.training.samples import build_samples
 
 # Bounded fields: every answer the grammar allows fits in max_tokens, so the served tests hold for any sample.
 NUMBER = {"type": "integer", "minimum": 0, "maximum": 999}
-ADD = {"type": "function", "function": {
-    "name": "add", "description": "Add two integers.", "strict": True,
-    "parameters": {"type": "object", "properties": {"a": NUMBER, "b": NUMBER}, "required": ["a", "b"],
-                   "additionalProperties": False}}}  # fmt: skip
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"a": NUMBER, "b": NUMBER},
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+}
 LOOSE = {"type": "function", "function": {"name": "note", "parameters": {"type": "object"}}}
-ANSWER = {"type": "object", "properties": {"answer": NUMBER}, "required": ["answer"], "additionalProperties": False}
+ANSWER = {
+    "type": "object",
+    "properties": {"answer": NUMBER},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
 ASK = [{"role": "user", "content": "What is 12 + 7? Use the add tool."}]
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a":12,"b":7}}\n</tool_call>'
 
@@ -77,8 +92,10 @@ def test_a_json_format_next_to_tools_allows_the_json_or_a_call(matches: Any) -> 
     grammar = tool_grammar([ADD], "auto", ANSWER)
     assert matches(grammar, '{"answer":19}') and matches(grammar, CALL)
     assert not matches(grammar, "19") and not matches(grammar, f"Sure. {CALL}")
-    assert matches(tool_grammar([LOOSE], "auto", {"type": "object"}), '<tool_call>\n{"name": "note", '
-                   '"arguments": {}}\n</tool_call>')  # fmt: skip
+    assert matches(
+        tool_grammar([LOOSE], "auto", {"type": "object"}),
+        '<tool_call>\n{"name": "note", "arguments": {}}\n</tool_call>',
+    )
 
 
 def _valid_add(arguments: str) -> bool:
@@ -92,8 +109,15 @@ def test_forced_strict_calls_are_always_valid(served_endpoint: Any, tool_choice:
     client = served_endpoint.endpoint.openai_client(max_retries=0)
 
     def ask(seed: int) -> Any:
-        return client.chat.completions.create(model="default", messages=ASK, tools=[ADD, LOOSE], max_tokens=80,
-                                              temperature=1.0, seed=seed, tool_choice=tool_choice).choices[0]  # fmt: skip
+        return client.chat.completions.create(
+            model="default",
+            messages=ASK,
+            tools=[ADD, LOOSE],
+            max_tokens=80,
+            temperature=1.0,
+            seed=seed,
+            tool_choice=tool_choice,
+        ).choices[0]
 
     with ThreadPoolExecutor(8) as pool:
         choices = list(pool.map(ask, range(16)))
@@ -108,21 +132,35 @@ def test_forced_strict_calls_are_always_valid(served_endpoint: Any, tool_choice:
 
 
 @pytest.mark.slow
-def test_tools_next_to_a_json_format_answer_json_or_call_and_train_only_free_tokens(served_endpoint: Any) -> None:
+def test_tools_next_to_a_json_format_answer_json_or_call_and_train_only_free_tokens(
+    served_endpoint: Any,
+) -> None:
     endpoint = served_endpoint.endpoint
     client = endpoint.openai_client(max_retries=0)
-    schema_format = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
+    schema_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "schema": ANSWER, "strict": True},
+    }
 
     @ls.trace_agent(name="adder")
     def adder(seed: int) -> Any:
-        return client.chat.completions.create(model="default", messages=ASK, tools=[ADD], max_tokens=60,
-                                              temperature=1.0, seed=seed, response_format=schema_format).choices[0]  # fmt: skip
+        return client.chat.completions.create(
+            model="default",
+            messages=ASK,
+            tools=[ADD],
+            max_tokens=60,
+            temperature=1.0,
+            seed=seed,
+            response_format=schema_format,
+        ).choices[0]
 
     with ls.capture() as episodes:
         choices = [adder(seed) for seed in range(8)]
     for choice in choices:
         if choice.message.tool_calls:
-            assert choice.finish_reason == "tool_calls" and _valid_add(choice.message.tool_calls[0].function.arguments)
+            assert choice.finish_reason == "tool_calls" and _valid_add(
+                choice.message.tool_calls[0].function.arguments
+            )
         else:
             assert choice.finish_reason == "stop" and 0 <= json.loads(choice.message.content)["answer"] <= 999
     for episode in episodes:
@@ -138,7 +176,8 @@ def test_the_transformers_engine_serves_strict_tools_unconstrained(transformers_
 
     with start_server(transformers_engine) as handle:
         reply = handle.endpoint.openai_client(max_retries=0).chat.completions.create(
-            model="default", messages=ASK, tools=[ADD], max_tokens=4, temperature=0)  # fmt: skip
+            model="default", messages=ASK, tools=[ADD], max_tokens=4, temperature=0
+        )
     assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
@@ -147,7 +186,10 @@ def test_a_strict_schema_the_backend_cannot_compile_is_a_400(served_endpoint: An
     import openai
 
     client = served_endpoint.endpoint.openai_client(max_retries=0)
-    broken = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {"type": "nonsense"}}}
+    broken = {
+        "type": "function",
+        "function": {"name": "f", "strict": True, "parameters": {"type": "nonsense"}},
+    }
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="default", messages=ASK, tools=[broken], max_tokens=8)
     again = client.chat.completions.create(model="default", messages=ASK, tools=[ADD], max_tokens=2)

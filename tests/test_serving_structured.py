@@ -165,8 +165,14 @@ def test_langchain_with_structured_output_json_schema_gets_its_type_and_is_recor
     from langchain_openai import ChatOpenAI
 
     endpoint = served_endpoint.endpoint
-    llm = ChatOpenAI(model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0,
-                     temperature=1.0, max_tokens=120)  # fmt: skip
+    llm = ChatOpenAI(
+        model=endpoint.model,
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key,
+        max_retries=0,
+        temperature=1.0,
+        max_tokens=120,
+    )
     structured = llm.with_structured_output(Person, method="json_schema")
 
     @ls.trace_agent(name="profiler")

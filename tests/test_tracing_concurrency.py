@@ -25,7 +25,8 @@ async def test_200_concurrent_async_episodes_have_no_cross_talk(async_openai_cli
         answers = []
         for turn in range(2):  # two calls each, interleaved with every other episode's calls
             reply = await async_openai_client.chat.completions.create(
-                model="test-model", messages=[{"role": "user", "content": f"{task}/{turn}"}])
+                model="test-model", messages=[{"role": "user", "content": f"{task}/{turn}"}]
+            )
             answers.append(reply.choices[0].message.content)
             await asyncio.sleep(0)
         echoed(f"{task}/1", answers[-1])
@@ -37,9 +38,13 @@ async def test_200_concurrent_async_episodes_have_no_cross_talk(async_openai_cli
     assert outputs == [f"{task}/1" for task in tasks]
     assert len(episodes) == 200
     for episode in episodes:
-        assert [call.messages[0]["content"] for call in episode.calls] == [f"{episode.task}/0", f"{episode.task}/1"]
+        assert [call.messages[0]["content"] for call in episode.calls] == [
+            f"{episode.task}/0",
+            f"{episode.task}/1",
+        ]
         assert [call.completion_token_ids for call in episode.calls] == [
-            fake_tokenize(f"{episode.task}/{turn}") for turn in range(2)]
+            fake_tokenize(f"{episode.task}/{turn}") for turn in range(2)
+        ]
         assert episode.reward == 1.0
     assert len({call.id for episode in episodes for call in episode.calls}) == 400
 
@@ -47,7 +52,8 @@ async def test_200_concurrent_async_episodes_have_no_cross_talk(async_openai_cli
 async def test_child_tasks_inherit_the_episode(async_openai_client):
     async def sub_call(text: str) -> str:
         reply = await async_openai_client.chat.completions.create(
-            model="test-model", messages=[{"role": "user", "content": text}])
+            model="test-model", messages=[{"role": "user", "content": text}]
+        )
         return reply.choices[0].message.content
 
     @ls.trace_agent(name="fan-out")
@@ -78,7 +84,9 @@ def test_run_in_episode_and_context_executor_carry_the_episode(openai_client):
     @ls.trace_agent(name="threaded")
     def agent(task: str) -> list[str]:
         results: list[str] = []
-        thread = threading.Thread(target=ls.run_in_episode(lambda: results.append(ask(openai_client, "thread"))))
+        thread = threading.Thread(
+            target=ls.run_in_episode(lambda: results.append(ask(openai_client, "thread")))
+        )
         thread.start()
         thread.join()
         with ThreadPoolExecutor(2) as pool:
@@ -94,7 +102,9 @@ def test_run_in_episode_and_context_executor_carry_the_episode(openai_client):
 
 
 def test_concurrent_episodes_in_threads_stay_separate(openai_client):
-    agent = ls.trace_agent(name="per-thread")(lambda task: [ask(openai_client, f"{task}:{i}") for i in range(3)])
+    agent = ls.trace_agent(name="per-thread")(
+        lambda task: [ask(openai_client, f"{task}:{i}") for i in range(3)]
+    )
     with ls.capture() as episodes, ls.ContextThreadPoolExecutor(8) as pool:
         list(pool.map(agent, [f"t{i}" for i in range(16)]))
     assert len(episodes) == 16

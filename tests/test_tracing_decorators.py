@@ -64,7 +64,8 @@ async def test_callable_object_with_async_call_is_an_async_agent(async_openai_cl
     class Solver:
         async def __call__(self, task: str) -> str:
             reply = await async_openai_client.chat.completions.create(
-                model="test-model", messages=[{"role": "user", "content": task}])
+                model="test-model", messages=[{"role": "user", "content": task}]
+            )
             return reply.choices[0].message.content
 
     agent = ls.trace_agent(name="callable")(Solver())
@@ -122,7 +123,8 @@ async def test_async_generator_agent(async_openai_client):
     async def stream_words(task: str):
         for word in task.split():
             reply = await async_openai_client.chat.completions.create(
-                model="test-model", messages=[{"role": "user", "content": word}])
+                model="test-model", messages=[{"role": "user", "content": word}]
+            )
             yield reply.choices[0].message.content
 
     with ls.capture() as episodes:

@@ -19,13 +19,31 @@ def ask(client, text: str) -> str:
     return reply.choices[0].message.content
 
 
-def make_episode(name: str = "agent", run_id: str | None = "run", started_at: float = 1000.0, **fields) -> ls.Episode:
-    call = ls.LLMCall(model="m", messages=[{"role": "user", "content": "ü"}], prompt_token_ids=[1, 2],
-                      completion_token_ids=[3], logprobs=[-0.5], started_at=started_at)
+def make_episode(
+    name: str = "agent", run_id: str | None = "run", started_at: float = 1000.0, **fields
+) -> ls.Episode:
+    call = ls.LLMCall(
+        model="m",
+        messages=[{"role": "user", "content": "ü"}],
+        prompt_token_ids=[1, 2],
+        completion_token_ids=[3],
+        logprobs=[-0.5],
+        started_at=started_at,
+    )
     call.add_reward(0.5, "tool")
     child = ls.Episode(name="child", calls=[call], started_at=started_at)
-    return ls.Episode(name=name, run_id=run_id, started_at=started_at, ended_at=started_at + 1, task={"q": 1},
-                      output="out", calls=[call], children=[child], rewards={"acc": 1.0}, **fields)
+    return ls.Episode(
+        name=name,
+        run_id=run_id,
+        started_at=started_at,
+        ended_at=started_at + 1,
+        task={"q": 1},
+        output="out",
+        calls=[call],
+        children=[child],
+        rewards={"acc": 1.0},
+        **fields,
+    )
 
 
 def test_episode_json_round_trip_is_lossless():
@@ -57,7 +75,10 @@ def test_store_round_trip_and_filters(tmp_path):
         assert [e.name for e in store.episodes(run_id="run-b")] == ["solver", "critic"]
         assert [e.run_id for e in store.episodes(name="critic")] == ["run-b", None]
         assert [e.started_at for e in store.episodes(since=200.0, until=400.0)] == [200.0, 300.0]
-        assert [e.started_at for e in store.episodes(limit=2)] == [300.0, 400.0]  # the most recent, oldest first
+        assert [e.started_at for e in store.episodes(limit=2)] == [
+            300.0,
+            400.0,
+        ]  # the most recent, oldest first
         assert store.count(run_id="run-b", name="critic") == 1
         assert store.episodes(run_id="run-a") == [first]
         assert store.get(first.id) == first and store.get("missing") is None
@@ -85,6 +106,7 @@ def test_export_jsonl(tmp_path):
 
 def test_store_appends_from_many_threads(tmp_path):
     with ls.EpisodeStore(tmp_path / "e.db") as store:
+
         def append(worker: int) -> None:
             for i in range(25):
                 store.add(ls.Episode(name=f"w{worker}", started_at=float(i)))
@@ -145,15 +167,28 @@ def test_internal_recording_failure_is_logged_and_the_agent_goes_on(tmp_path, mo
     assert "internal error while storing episode" in caplog.text
 
 
-def test_malformed_server_response_is_logged_not_raised(openai_server, openai_client, instrumented, monkeypatch,
-                                                        caplog):
+def test_malformed_server_response_is_logged_not_raised(
+    openai_server, openai_client, instrumented, monkeypatch, caplog
+):
     from tests.fixtures.fake_openai_wire import RawReply
 
     monkeypatch.setenv("LIGHTNING_SDK_TOLERATE_INTERNAL_ERRORS", "1")
-    openai_server.queue(RawReply({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                                  "choices": [{"index": 0, "finish_reason": "stop"}]}))  # no "message"
+    openai_server.queue(
+        RawReply(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop"}],
+            }
+        )
+    )  # no "message"
     agent = ls.trace_agent(name="a")(
-        lambda task: openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": task}]))
+        lambda task: openai_client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": task}]
+        )
+    )
     with caplog.at_level(logging.ERROR, logger="lightning_sdk"), ls.capture() as episodes:
         response = agent("x")
     assert response.id == "x"  # the user gets the response object untouched

@@ -27,7 +27,9 @@ TASKS = [{"id": i, "question": f"Name a colour number {i}."} for i in range(8)]
 
 def ask(question: str, max_tokens: int = 8) -> str:
     reply = openai.OpenAI().chat.completions.create(
-        model="any-name-the-agent-likes", messages=[{"role": "user", "content": question}], max_tokens=max_tokens
+        model="any-name-the-agent-likes",
+        messages=[{"role": "user", "content": question}],
+        max_tokens=max_tokens,
     )
     return reply.choices[0].message.content or ""
 
@@ -46,9 +48,17 @@ def solver(task: dict[str, Any]) -> str:
 
 def small_config(run_dir: Path, **overrides: Any) -> ls.TrainerConfig:
     fields: dict[str, Any] = {
-        "group_size": 4, "batch_size": 2, "max_steps": 2, "max_tokens": 8, "learning_rate": 1e-3,
-        "save_every": 1, "eval_every": 0, "run_dir": str(run_dir), "progress_bar": False, "max_concurrency": 8,
-    }  # fmt: skip
+        "group_size": 4,
+        "batch_size": 2,
+        "max_steps": 2,
+        "max_tokens": 8,
+        "learning_rate": 1e-3,
+        "save_every": 1,
+        "eval_every": 0,
+        "run_dir": str(run_dir),
+        "progress_bar": False,
+        "max_concurrency": 8,
+    }
     return ls.TrainerConfig(**{**fields, **overrides})
 
 
@@ -75,9 +85,11 @@ def test_fit_trains_and_writes_the_run(engine: Any, tmp_path: Path) -> None:
     for record in steps:
         assert record["episodes"] == 8 and record["episodes_failed"] == 0
         assert record["trained_sequences"] > 0 and record["optimizer_steps"] == 1
-        assert record["time_rollout_s"] > 0 and record["time_train_s"] > 0 and record["time_weight_sync_s"] > 0
+        assert (
+            record["time_rollout_s"] > 0 and record["time_train_s"] > 0 and record["time_weight_sync_s"] > 0
+        )
     assert result.initial_eval is not None and result.initial_eval["episodes"] == 4
-    assert result.final_eval is not None and 0 <= result.final_eval["reward"]
+    assert result.final_eval is not None and result.final_eval["reward"] >= 0
     assert (run_dir / "checkpoints" / "step-00000002" / "adapter" / "adapter_model.safetensors").exists()
     assert json.loads((run_dir / "run.json").read_text())["config"]["group_size"] == 4
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
@@ -98,7 +110,9 @@ def test_resume_continues_at_the_next_step(engine: Any, tmp_path: Path) -> None:
     with (run_dir / "metrics.jsonl").open("a") as file:
         file.write(json.dumps({"step": 3, "reward_mean": 123.0}) + "\n")
 
-    result = ls.Trainer(config=small_config(run_dir, max_steps=4), engine=engine).fit(solver, TASKS, resume=True)
+    result = ls.Trainer(config=small_config(run_dir, max_steps=4), engine=engine).fit(
+        solver, TASKS, resume=True
+    )
 
     steps = [record["step"] for record in read_metrics(run_dir) if "reward_mean" in record]
     assert steps == [1, 2, 3, 4]

@@ -28,9 +28,24 @@ GROUP, STEPS = 2, 6
 
 
 def _command(data: Path, config: Path, run_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "lightning_sdk.cli", "train", "tests.scripts.cli_agent:solver",
-            "--data", str(data), "--reward", "tests.scripts.cli_agent:length_reward", "--config", str(config),
-            "--engine", "transformers", "--run-dir", str(run_dir), *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "lightning_sdk.cli",
+        "train",
+        "tests.scripts.cli_agent:solver",
+        "--data",
+        str(data),
+        "--reward",
+        "tests.scripts.cli_agent:length_reward",
+        "--config",
+        str(config),
+        "--engine",
+        "transformers",
+        "--run-dir",
+        str(run_dir),
+        *extra,
+    ]
 
 
 def _environment() -> dict[str, str]:
@@ -56,16 +71,28 @@ def test_a_run_killed_after_a_checkpoint_resumes_as_if_it_had_not_stopped(tmp_pa
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps({"question": f"Name a fruit, number {i}."}) + "\n" for i in range(5)))
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"group_size": GROUP, "batch_size": 1, "max_steps": STEPS, "save_every": 2,
-                                  "eval_every": 0, "max_tokens": 6, "progress_bar": False}))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "group_size": GROUP,
+                "batch_size": 1,
+                "max_steps": STEPS,
+                "save_every": 2,
+                "eval_every": 0,
+                "max_tokens": 6,
+                "progress_bar": False,
+            }
+        )
+    )
     env = _environment()
 
     reference = tmp_path / "reference"
     subprocess.run(_command(data, config, reference), env=env, check=True, capture_output=True, timeout=900)
 
     run_dir = tmp_path / "run"
-    training = subprocess.Popen(_command(data, config, run_dir), env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)  # fmt: skip
+    training = subprocess.Popen(
+        _command(data, config, run_dir), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 600
     while 3 not in (_steps_logged(run_dir) if (run_dir / "metrics.jsonl").exists() else []):
         assert training.poll() is None, training.stderr.read().decode()[-3000:]
@@ -78,8 +105,12 @@ def test_a_run_killed_after_a_checkpoint_resumes_as_if_it_had_not_stopped(tmp_pa
 
     resumed = subprocess.run(
         _command(data, config, run_dir, "--resume"),
-        env=env, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     assert _steps_logged(run_dir) == list(range(1, STEPS + 1))  # every step once, in order
@@ -87,7 +118,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_as_if_it_had_not_stopped(tmp_pa
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     tasks = _tasks_by_step(run_dir)
     assert Counter({step: len(questions) for step, questions in tasks.items()}) == Counter(
-        {step: GROUP for step in range(1, STEPS + 1)}
+        dict.fromkeys(range(1, STEPS + 1), GROUP)
     )  # no duplicate and no missing episode
     assert tasks == _tasks_by_step(reference)  # the same data order as a run that was never stopped
     adapter = load_file(str(run_dir / "adapter" / "adapter_model.safetensors"))

@@ -44,7 +44,8 @@ def test_untrained_calls_stay_none_and_do_not_count():
 def test_discounted_rewards_mix_positions_with_episode_weights():
     # Episode A: [0.5, 1.0] (weights 1/2 each); episode B: [0.0] (weight 1). Total weight 2.
     # mean = (0.25 + 0.5 + 0) / 2 = 0.375
-    # var  = (0.5 * 0.125^2 + 0.5 * 0.625^2 + 1 * 0.375^2) / 2 = (0.0078125 + 0.1953125 + 0.140625) / 2 = 0.171875
+    # var  = (0.5 * 0.125^2 + 0.5 * 0.625^2 + 1 * 0.375^2) / 2
+    #      = (0.0078125 + 0.1953125 + 0.140625) / 2 = 0.171875
     group = [[0.5, 1.0], [0.0]]
     mean, std = weighted_group_stats(group)
     assert mean == pytest.approx(0.375)

@@ -68,9 +68,14 @@ def test_tokens_without_engine_logprobs_get_weight_one():
     known = torch.tensor([[True, False]])
     weights = token_weights(torch.ones(1, 2), "dapo", 1, 2)
     loss, stats = policy_loss(
-        logprobs, logprobs, torch.ones(1, 2), weights, LossOptions(importance_sampling_cap=10.0),
-        sampling_logprobs=sampling, has_sampling_logprobs=known,
-    )  # fmt: skip
+        logprobs,
+        logprobs,
+        torch.ones(1, 2),
+        weights,
+        LossOptions(importance_sampling_cap=10.0),
+        sampling_logprobs=sampling,
+        has_sampling_logprobs=known,
+    )
     assert loss.item() == pytest.approx(-(2.0 + 1.0) / 2)
     assert stats.is_weight_tokens == 1
 

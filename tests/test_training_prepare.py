@@ -88,5 +88,7 @@ def test_samples_longer_than_the_cap_are_left_out_and_counted(mode):
     assert prepared.metrics["samples_dropped_too_long"] == 1
     assert prepared.metrics["samples"] == len(prepared.samples)
 
-    uncapped = prepare_samples(groups, TrainerConfig(group_size=2, mode=mode, max_sample_tokens=None), ENDPOINT)
+    uncapped = prepare_samples(
+        groups, TrainerConfig(group_size=2, mode=mode, max_sample_tokens=None), ENDPOINT
+    )
     assert uncapped.metrics["samples_dropped_too_long"] == 0 and max(len(s) for s in uncapped.samples) == 74

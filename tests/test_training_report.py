@@ -14,8 +14,11 @@ from lightning_sdk.training.report import write_report
 
 
 def tool_call_episode(reward: float) -> Episode:
-    tool_call = {"id": "c1", "type": "function",
-                 "function": {"name": "calculator", "arguments": json.dumps({"expression": "20 - 5"})}}  # fmt: skip
+    tool_call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": "20 - 5"})},
+    }
     call = LLMCall(
         agent_name="math_solver",
         messages=[{"role": "user", "content": "Mia had 20 eggs and gave 5 away."}],
@@ -43,7 +46,7 @@ def test_report_shows_curves_and_the_tool_calls_of_sample_episodes(tmp_path: Pat
 
 
 def test_report_on_a_folder_without_metrics_says_what_is_missing(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="no metrics.jsonl records"):
+    with pytest.raises(FileNotFoundError, match=r"no metrics\.jsonl records"):
         write_report(tmp_path)
 
 

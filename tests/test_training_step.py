@@ -77,7 +77,8 @@ def test_no_samples_means_no_update():
 
 @pytest.mark.slow
 def test_bundled_model_learns_from_advantages(bundled_model_path):
-    """Real model, real sampled tokens: the positive-advantage completion becomes likelier, the negative one less."""
+    """Real model, real sampled tokens: the positive-advantage completion becomes likelier, the negative
+    one less."""
     from transformers import AutoTokenizer
 
     torch.manual_seed(0)
@@ -91,9 +92,14 @@ def test_bundled_model_learns_from_advantages(bundled_model_path):
     )
     with torch.no_grad(), model.disable_adapter():
         generated = model.generate(
-            torch.tensor([prompt, prompt]), attention_mask=torch.ones(2, len(prompt), dtype=torch.long), do_sample=True, max_new_tokens=8, temperature=1.0, top_p=1.0,
+            torch.tensor([prompt, prompt]),
+            attention_mask=torch.ones(2, len(prompt), dtype=torch.long),
+            do_sample=True,
+            max_new_tokens=8,
+            temperature=1.0,
+            top_p=1.0,
             pad_token_id=tokenizer.pad_token_id,
-        )  # fmt: skip
+        )
     completions = [row[len(prompt) :].tolist() for row in generated]
     samples = [
         Sample(list(prompt), ids, [1] * len(ids), [None] * len(ids), [advantage] * len(ids))

@@ -53,8 +53,13 @@ TOOL_DESCRIPTION = 'Compute an arithmetic expression, e.g. "12 + 7 * 3". Numbers
 MAX_TOKENS = 48
 """Enough for one tool call (`<tool_call>{"name": "calculator", ...}</tool_call>` is about 25 tokens)."""
 # AutoGen does not know our model name, so it must be told what the model can do.
-MODEL_INFO = {"vision": False, "function_calling": True, "json_output": False, "family": "unknown",
-              "structured_output": False}  # fmt: skip
+MODEL_INFO = {
+    "vision": False,
+    "function_calling": True,
+    "json_output": False,
+    "family": "unknown",
+    "structured_output": False,
+}
 RELATIVE_TOLERANCE = 0.01
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -85,14 +90,20 @@ def answer_reward(task: dict[str, Any], final_message: str | None) -> float:
 
 
 def _model_client(llm: ls.LLMEndpoint | None) -> OpenAIChatCompletionClient:
-    # The trainer passes `llm`; run by hand, the agent reads OPENAI_BASE_URL / OPENAI_API_KEY like openai does.
+    # The trainer passes `llm`; run by hand, the agent reads OPENAI_BASE_URL / OPENAI_API_KEY as openai
+    # does.
     base_url = llm.base_url if llm else os.environ.get("OPENAI_BASE_URL")
     api_key = llm.api_key if llm else os.environ.get("OPENAI_API_KEY", "")
     model = llm.model if llm else os.environ.get("OPENAI_MODEL", "default")
     return OpenAIChatCompletionClient(
-        model=model, base_url=base_url, api_key=api_key, model_info=MODEL_INFO,
-        max_tokens=MAX_TOKENS, temperature=0.0, max_retries=0,
-    )  # fmt: skip
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        model_info=MODEL_INFO,
+        max_tokens=MAX_TOKENS,
+        temperature=0.0,
+        max_retries=0,
+    )
 
 
 def example_turns(examples: tuple[tuple[str, str], ...] = WORKED_EXAMPLES) -> list[LLMMessage]:
@@ -102,8 +113,11 @@ def example_turns(examples: tuple[tuple[str, str], ...] = WORKED_EXAMPLES) -> li
         call_id = f"example_{number}"
         arguments = json.dumps({"expression": expression})
         turns.append(UserMessage(content=question, source="user"))
-        turns.append(AssistantMessage(content=[FunctionCall(id=call_id, name="calculator", arguments=arguments)],
-                                      source=AGENT_NAME))  # fmt: skip
+        turns.append(
+            AssistantMessage(
+                content=[FunctionCall(id=call_id, name="calculator", arguments=arguments)], source=AGENT_NAME
+            )
+        )
         result = FunctionExecutionResult(content=calculator(expression), name="calculator", call_id=call_id)
         turns.append(FunctionExecutionResultMessage(content=[result]))
     return turns

@@ -13,10 +13,42 @@ from typing import Any
 
 __all__ = ["NAMES", "OBJECTS", "TEMPLATES", "make_problem", "make_problems", "train_test_split"]
 
-NAMES = ("Anna", "Ben", "Carla", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack", "Kenji", "Lena",
-         "Mia", "Noah", "Olga", "Pablo", "Rosa", "Sam", "Tara", "Victor")  # fmt: skip
-OBJECTS = ("apples", "pencils", "stickers", "marbles", "cookies", "books", "stamps", "shells", "cards", "eggs",
-           "balloons", "coins")  # fmt: skip
+NAMES = (
+    "Anna",
+    "Ben",
+    "Carla",
+    "David",
+    "Emma",
+    "Farid",
+    "Grace",
+    "Hugo",
+    "Ines",
+    "Jack",
+    "Kenji",
+    "Lena",
+    "Mia",
+    "Noah",
+    "Olga",
+    "Pablo",
+    "Rosa",
+    "Sam",
+    "Tara",
+    "Victor",
+)
+OBJECTS = (
+    "apples",
+    "pencils",
+    "stickers",
+    "marbles",
+    "cookies",
+    "books",
+    "stamps",
+    "shells",
+    "cards",
+    "eggs",
+    "balloons",
+    "coins",
+)
 
 Numbers = dict[str, int]
 # A template: (question with {name} {obj} and number fields, expression over the same fields, number sampler).
@@ -54,13 +86,22 @@ TEMPLATES: tuple[Template, ...] = (
     ("{name} has {a} {obj} and gets {b} more. How many {obj} does {name} have now?", "{a} + {b}", _two),
     ("{name} had {a} {obj} and gave {b} away. How many {obj} are left?", "{a} - {b}", _difference),
     ("{name} buys {a} bags with {b} {obj} in each bag. How many {obj} is that?", "{a} * {b}", _product),
-    ("{name} shares {a} {obj} equally among {b} friends. How many {obj} does each friend get?", "{a} / {b}",
-     _quotient),
-    ("{name} has {a} {obj}, finds {b} more, then gives {c} away. How many {obj} are left?", "{a} + {b} - {c}",
-     _buy_then_give),
-    ("{name} has {a} {obj} and buys {b} boxes of {c} {obj}. How many {obj} does {name} have now?",
-     "{a} + {b} * {c}", _plus_boxes),
-)  # fmt: skip
+    (
+        "{name} shares {a} {obj} equally among {b} friends. How many {obj} does each friend get?",
+        "{a} / {b}",
+        _quotient,
+    ),
+    (
+        "{name} has {a} {obj}, finds {b} more, then gives {c} away. How many {obj} are left?",
+        "{a} + {b} - {c}",
+        _buy_then_give,
+    ),
+    (
+        "{name} has {a} {obj} and buys {b} boxes of {c} {obj}. How many {obj} does {name} have now?",
+        "{a} + {b} * {c}",
+        _plus_boxes,
+    ),
+)
 """The problem kinds: addition, subtraction, multiplication, division, and two two-step problems."""
 
 

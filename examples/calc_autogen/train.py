@@ -66,10 +66,18 @@ def train(
 
     train_tasks, test_tasks = train_test_split(train_size, test_size, seed=seed)
     config = TrainerConfig(
-        group_size=group_size, batch_size=batch_size, max_steps=steps, max_time_s=max_time_s,
-        learning_rate=learning_rate, temperature=temperature, max_tokens=MAX_TOKENS,
-        eval_every=eval_every, save_every=0, run_dir=None if run_dir is None else str(run_dir), seed=seed,
-    )  # fmt: skip
+        group_size=group_size,
+        batch_size=batch_size,
+        max_steps=steps,
+        max_time_s=max_time_s,
+        learning_rate=learning_rate,
+        temperature=temperature,
+        max_tokens=MAX_TOKENS,
+        eval_every=eval_every,
+        save_every=0,
+        run_dir=None if run_dir is None else str(run_dir),
+        seed=seed,
+    )
     started = time.perf_counter()
     result = Trainer(model, config=config, engine=engine).fit(solve, train_tasks, val_dataset=test_tasks)
     wall_time_s = time.perf_counter() - started
@@ -91,12 +99,22 @@ def main() -> None:
     parser.add_argument("--curve-to", default=str(HERE / "reward_curve.png"), help="Where to copy the curve.")
     args = parser.parse_args()
     summary = train(
-        args.steps, args.run_dir, batch_size=args.batch_size, group_size=args.group_size,
-        learning_rate=args.learning_rate, temperature=args.temperature, eval_every=args.eval_every,
-        test_size=args.test_size, seed=args.seed, curve_to=args.curve_to, model=args.model,
-    )  # fmt: skip
-    print(f"\nheld-out reward (greedy, {args.test_size} problems): base {summary['base_reward']:.3f} "
-          f"-> trained {summary['trained_reward']:.3f} after {summary['steps']} steps")  # fmt: skip
+        args.steps,
+        args.run_dir,
+        batch_size=args.batch_size,
+        group_size=args.group_size,
+        learning_rate=args.learning_rate,
+        temperature=args.temperature,
+        eval_every=args.eval_every,
+        test_size=args.test_size,
+        seed=args.seed,
+        curve_to=args.curve_to,
+        model=args.model,
+    )
+    print(
+        f"\nheld-out reward (greedy, {args.test_size} problems): base {summary['base_reward']:.3f} "
+        f"-> trained {summary['trained_reward']:.3f} after {summary['steps']} steps"
+    )
     print("curve: " + ", ".join(f"step {step}: {reward:.3f}" for step, reward in summary["curve"]))
     print(f"wall time: {summary['wall_time_s'] / 60:.1f} min\nreport: {summary.get('report')}")
 

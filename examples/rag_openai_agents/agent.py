@@ -41,12 +41,23 @@ INSTRUCTIONS = "Answer questions about companies and people. Search first, then 
 
 
 DEMONSTRATIONS = (
-    ("Who founded Quillon Works?", "Quillon Works",
-     ("Quillon Works is a company that makes iron kettles. Quillon Works was founded by Ada Quimby in 1901. "
-      "The headquarters of Quillon Works are in Quarrymouth."), "Ada Quimby"),
-    ("In which city was Quentin Aquilo born?", "Quentin Aquilo",
-     "Quentin Aquilo is a glazier. Quentin Aquilo was born in Quayside.", "Quayside"),
-)  # fmt: skip
+    (
+        "Who founded Quillon Works?",
+        "Quillon Works",
+        (
+            "Quillon Works is a company that makes iron kettles. "
+            "Quillon Works was founded by Ada Quimby in 1901. "
+            "The headquarters of Quillon Works are in Quarrymouth."
+        ),
+        "Ada Quimby",
+    ),
+    (
+        "In which city was Quentin Aquilo born?",
+        "Quentin Aquilo",
+        "Quentin Aquilo is a glazier. Quentin Aquilo was born in Quayside.",
+        "Quayside",
+    ),
+)
 """Worked examples (question, query, search result, answer) about entities no corpus contains:
 generated names never contain "qu", so they show the format without giving an answer away."""
 

@@ -32,20 +32,69 @@ _ONSETS = ["b", "br", "d", "dr", "f", "g", "k", "kr", "l", "m", "n", "p", "r", "
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ou"]
 _CODAS = ["", "", "n", "r", "l", "s", "th", "k", "m"]
 _FIRST_NAMES = [
-    "Mira", "Tomas", "Ilse", "Jonah", "Petra", "Aldo", "Wren", "Nadia", "Oskar", "Lena", "Rafe",
-    "Greta", "Silas", "Vera", "Emil", "Ida", "Hugo", "Runa", "Anton", "Cleo", "Bram", "Talia",
-]  # fmt: skip
+    "Mira",
+    "Tomas",
+    "Ilse",
+    "Jonah",
+    "Petra",
+    "Aldo",
+    "Wren",
+    "Nadia",
+    "Oskar",
+    "Lena",
+    "Rafe",
+    "Greta",
+    "Silas",
+    "Vera",
+    "Emil",
+    "Ida",
+    "Hugo",
+    "Runa",
+    "Anton",
+    "Cleo",
+    "Bram",
+    "Talia",
+]
 _COMPANY_KINDS = ["Works", "Labs", "Foundry", "Mills", "Systems", "Trading", "Brewing", "Motors"]
 _CITY_ENDINGS = ["port", "ford", "vale", "holm", "burg", "wick", "stad", "mouth"]
 _PRODUCTS = [
-    "copper valves", "wool blankets", "paper lanterns", "glass beads", "bicycle bells", "clay pipes",
-    "rope ladders", "tin whistles", "oak barrels", "silk scarves", "brass hinges", "wax candles",
-    "leather boots", "stone tiles", "fishing nets", "garden tools", "wooden toys", "pocket clocks",
-]  # fmt: skip
+    "copper valves",
+    "wool blankets",
+    "paper lanterns",
+    "glass beads",
+    "bicycle bells",
+    "clay pipes",
+    "rope ladders",
+    "tin whistles",
+    "oak barrels",
+    "silk scarves",
+    "brass hinges",
+    "wax candles",
+    "leather boots",
+    "stone tiles",
+    "fishing nets",
+    "garden tools",
+    "wooden toys",
+    "pocket clocks",
+]
 _PROFESSIONS = [
-    "chemist", "sailor", "painter", "engineer", "baker", "teacher", "surgeon", "weaver", "pilot",
-    "architect", "farmer", "lawyer", "carpenter", "astronomer", "poet", "banker",
-]  # fmt: skip
+    "chemist",
+    "sailor",
+    "painter",
+    "engineer",
+    "baker",
+    "teacher",
+    "surgeon",
+    "weaver",
+    "pilot",
+    "architect",
+    "farmer",
+    "lawyer",
+    "carpenter",
+    "astronomer",
+    "poet",
+    "banker",
+]
 
 
 @dataclass(frozen=True)
@@ -126,13 +175,24 @@ def passages(world: World) -> list[tuple[str, str]]:
     entries = []
     for company in world.companies:
         name, founder = company.name, company.founder
-        entries.append((name, (
-            f"{name} is a company that makes {company.product}. {name} was founded by {founder.name} "
-            f"in {company.year}. The headquarters of {name} are in {company.city}."
-        )))  # fmt: skip
-        entries.append((founder.name, (
-            f"{founder.name} is a {founder.profession}. {founder.name} was born in {founder.birth_city}."
-        )))  # fmt: skip
+        entries.append(
+            (
+                name,
+                (
+                    f"{name} is a company that makes {company.product}. {name} was founded by {founder.name} "
+                    f"in {company.year}. The headquarters of {name} are in {company.city}."
+                ),
+            )
+        )
+        entries.append(
+            (
+                founder.name,
+                (
+                    f"{founder.name} is a {founder.profession}. "
+                    f"{founder.name} was born in {founder.birth_city}."
+                ),
+            )
+        )
     return entries
 
 
@@ -145,16 +205,32 @@ def make_questions(company: Company) -> list[dict[str, object]]:
     name, founder = company.name, company.founder
     return [
         {"question": f"Who founded {name}?", "answer": founder.name, "hops": 1, "kind": "founder"},
-        {"question": f"In which city are the headquarters of {name}?", "answer": company.city, "hops": 1,
-         "kind": "headquarters"},
+        {
+            "question": f"In which city are the headquarters of {name}?",
+            "answer": company.city,
+            "hops": 1,
+            "kind": "headquarters",
+        },
         {"question": f"What does {name} make?", "answer": company.product, "hops": 1, "kind": "product"},
-        {"question": f"In which year was {name} founded?", "answer": str(company.year), "hops": 1,
-         "kind": "year"},
-        {"question": f"In which city was {founder.name} born?", "answer": founder.birth_city, "hops": 1,
-         "kind": "birth_city"},
-        {"question": f"In which city was the founder of {name} born?", "answer": founder.birth_city,
-         "hops": 2, "kind": "founder_birth_city"},
-    ]  # fmt: skip
+        {
+            "question": f"In which year was {name} founded?",
+            "answer": str(company.year),
+            "hops": 1,
+            "kind": "year",
+        },
+        {
+            "question": f"In which city was {founder.name} born?",
+            "answer": founder.birth_city,
+            "hops": 1,
+            "kind": "birth_city",
+        },
+        {
+            "question": f"In which city was the founder of {name} born?",
+            "answer": founder.birth_city,
+            "hops": 2,
+            "kind": "founder_birth_city",
+        },
+    ]
 
 
 def split_tasks(

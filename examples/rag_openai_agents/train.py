@@ -21,14 +21,22 @@ def make_config(steps: int, run_dir: str | None, **overrides: Any) -> Any:
     from lightning_sdk.training.config import TrainerConfig
 
     fields: dict[str, Any] = {
-        "group_size": 6, "batch_size": 4, "max_steps": steps, "learning_rate": 3e-4, "temperature": 0.8,
-        "max_tokens": 32, "eval_every": 5, "save_every": 0, "run_dir": run_dir, "seed": 0,
+        "group_size": 6,
+        "batch_size": 4,
+        "max_steps": steps,
+        "learning_rate": 3e-4,
+        "temperature": 0.8,
+        "max_tokens": 32,
+        "eval_every": 5,
+        "save_every": 0,
+        "run_dir": run_dir,
+        "seed": 0,
         # Prompts are ~500 tokens (tool description and worked examples): small micro-batches keep the
         # training forward pass (logits over a 49k vocabulary) within a few GiB.
         "micro_batch_size": 2,
         # A safety net on a busy machine: the run stops after the step that passes 20 minutes.
         "max_time_s": 1200.0,
-    }  # fmt: skip
+    }
     return TrainerConfig(**{**fields, **overrides})
 
 
@@ -80,11 +88,17 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="Hugging Face model (default: the bundled 135M model)")
     args = parser.parse_args()
     summary = train(
-        steps=args.steps, run_dir=args.run_dir, test_size=args.test_size, model=args.model,
-        data_seed=args.data_seed, batch_size=args.batch_size, group_size=args.group_size,
-    )  # fmt: skip
+        steps=args.steps,
+        run_dir=args.run_dir,
+        test_size=args.test_size,
+        model=args.model,
+        data_seed=args.data_seed,
+        batch_size=args.batch_size,
+        group_size=args.group_size,
+    )
     print(
-        f"held-out token F1 (greedy): base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}"
+        f"held-out token F1 (greedy): base {summary['base_reward']:.3f} "
+        f"-> trained {summary['trained_reward']:.3f}"
     )
     print(f"run folder: {summary['run_dir']}\nreport: {summary['report']}")
 

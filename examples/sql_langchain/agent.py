@@ -144,9 +144,13 @@ def chat_model(llm: ls.LLMEndpoint | None = None) -> ChatOpenAI:
             model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
         )
     return ChatOpenAI(
-        model=llm.model, base_url=llm.base_url, api_key=llm.api_key,
-        temperature=0.0, max_tokens=MAX_TOKENS, max_retries=1,
-    )  # fmt: skip
+        model=llm.model,
+        base_url=llm.base_url,
+        api_key=llm.api_key,
+        temperature=0.0,
+        max_tokens=MAX_TOKENS,
+        max_retries=1,
+    )
 
 
 @ls.reward

@@ -35,11 +35,43 @@ __all__ = [
 DEPARTMENTS = ("Sales", "Engineering", "Marketing", "Finance", "Support")
 CITIES = ("London", "Paris", "Berlin", "Madrid", "Rome")
 FIRST_NAMES = (
-    "Alice", "Bruno", "Chloe", "Daniel", "Elena", "Farid", "Grace", "Hugo", "Irene", "Jonas", "Karin",
-    "Liam", "Maria", "Nikos", "Olga", "Pedro", "Quinn", "Rosa", "Samir", "Tessa", "Umar", "Vera",
-    "Walter", "Xenia", "Yusuf", "Zoe", "Anton", "Bianca", "Carlos", "Dora", "Emil", "Fatima", "Georg",
-    "Hanna", "Ivan", "Julia",
-)  # fmt: skip
+    "Alice",
+    "Bruno",
+    "Chloe",
+    "Daniel",
+    "Elena",
+    "Farid",
+    "Grace",
+    "Hugo",
+    "Irene",
+    "Jonas",
+    "Karin",
+    "Liam",
+    "Maria",
+    "Nikos",
+    "Olga",
+    "Pedro",
+    "Quinn",
+    "Rosa",
+    "Samir",
+    "Tessa",
+    "Umar",
+    "Vera",
+    "Walter",
+    "Xenia",
+    "Yusuf",
+    "Zoe",
+    "Anton",
+    "Bianca",
+    "Carlos",
+    "Dora",
+    "Emil",
+    "Fatima",
+    "Georg",
+    "Hanna",
+    "Ivan",
+    "Julia",
+)
 
 SCHEMA = """
 CREATE TABLE departments (
@@ -120,42 +152,106 @@ class Template:
 
 
 TEMPLATES: tuple[Template, ...] = (
-    Template("count_dept", "How many employees work in the {dept} department?",
-             "SELECT COUNT(*) FROM employees WHERE department = '{dept}'", ("dept",)),
-    Template("count_city", "How many employees live in {city}?",
-             "SELECT COUNT(*) FROM employees WHERE city = '{city}'", ("city",)),
-    Template("count_older", "How many employees are older than {age}?",
-             "SELECT COUNT(*) FROM employees WHERE age > {age}", ("age",)),
-    Template("max_salary_dept", "What is the highest salary in the {dept} department?",
-             "SELECT MAX(salary) FROM employees WHERE department = '{dept}'", ("dept",)),
-    Template("min_salary_dept", "What is the lowest salary in the {dept} department?",
-             "SELECT MIN(salary) FROM employees WHERE department = '{dept}'", ("dept",)),
-    Template("avg_salary_dept", "What is the average salary in the {dept} department?",
-             "SELECT AVG(salary) FROM employees WHERE department = '{dept}'", ("dept",)),
-    Template("max_age_city", "How old is the oldest employee in {city}?",
-             "SELECT MAX(age) FROM employees WHERE city = '{city}'", ("city",)),
-    Template("top_paid_dept", "Which employee in the {dept} department has the highest salary?",
-             "SELECT name FROM employees WHERE department = '{dept}' ORDER BY salary DESC LIMIT 1", ("dept",)),
-    Template("youngest_city", "Who is the youngest employee in {city}?",
-             "SELECT name FROM employees WHERE city = '{city}' ORDER BY age ASC LIMIT 1", ("city",)),
-    Template("salary_of", "What is the salary of {name}?",
-             "SELECT salary FROM employees WHERE name = '{name}'", ("name",)),
+    Template(
+        "count_dept",
+        "How many employees work in the {dept} department?",
+        "SELECT COUNT(*) FROM employees WHERE department = '{dept}'",
+        ("dept",),
+    ),
+    Template(
+        "count_city",
+        "How many employees live in {city}?",
+        "SELECT COUNT(*) FROM employees WHERE city = '{city}'",
+        ("city",),
+    ),
+    Template(
+        "count_older",
+        "How many employees are older than {age}?",
+        "SELECT COUNT(*) FROM employees WHERE age > {age}",
+        ("age",),
+    ),
+    Template(
+        "max_salary_dept",
+        "What is the highest salary in the {dept} department?",
+        "SELECT MAX(salary) FROM employees WHERE department = '{dept}'",
+        ("dept",),
+    ),
+    Template(
+        "min_salary_dept",
+        "What is the lowest salary in the {dept} department?",
+        "SELECT MIN(salary) FROM employees WHERE department = '{dept}'",
+        ("dept",),
+    ),
+    Template(
+        "avg_salary_dept",
+        "What is the average salary in the {dept} department?",
+        "SELECT AVG(salary) FROM employees WHERE department = '{dept}'",
+        ("dept",),
+    ),
+    Template(
+        "max_age_city",
+        "How old is the oldest employee in {city}?",
+        "SELECT MAX(age) FROM employees WHERE city = '{city}'",
+        ("city",),
+    ),
+    Template(
+        "top_paid_dept",
+        "Which employee in the {dept} department has the highest salary?",
+        "SELECT name FROM employees WHERE department = '{dept}' ORDER BY salary DESC LIMIT 1",
+        ("dept",),
+    ),
+    Template(
+        "youngest_city",
+        "Who is the youngest employee in {city}?",
+        "SELECT name FROM employees WHERE city = '{city}' ORDER BY age ASC LIMIT 1",
+        ("city",),
+    ),
+    Template(
+        "salary_of",
+        "What is the salary of {name}?",
+        "SELECT salary FROM employees WHERE name = '{name}'",
+        ("name",),
+    ),
     Template("age_of", "How old is {name}?", "SELECT age FROM employees WHERE name = '{name}'", ("name",)),
-    Template("dept_of", "Which department does {name} work in?",
-             "SELECT department FROM employees WHERE name = '{name}'", ("name",)),
-    Template("city_of", "In which city does {name} live?",
-             "SELECT city FROM employees WHERE name = '{name}'", ("name",)),
-    Template("names_dept_city", "List the names of the employees in the {dept} department who live in {city}.",
-             "SELECT name FROM employees WHERE department = '{dept}' AND city = '{city}'", ("dept", "city")),
-    Template("names_by_salary", "List the names of the employees in the {dept} department from the highest "
-             "salary to the lowest.",
-             "SELECT name FROM employees WHERE department = '{dept}' ORDER BY salary DESC", ("dept",), True),
-    Template("budget_of", "What is the budget of the {dept} department?",
-             "SELECT budget FROM departments WHERE name = '{dept}'", ("dept",)),
-    Template("floor_of", "On which floor does {name} work?",
-             "SELECT departments.floor FROM employees JOIN departments ON employees.department = "
-             "departments.name WHERE employees.name = '{name}'", ("name",)),
-)  # fmt: skip
+    Template(
+        "dept_of",
+        "Which department does {name} work in?",
+        "SELECT department FROM employees WHERE name = '{name}'",
+        ("name",),
+    ),
+    Template(
+        "city_of",
+        "In which city does {name} live?",
+        "SELECT city FROM employees WHERE name = '{name}'",
+        ("name",),
+    ),
+    Template(
+        "names_dept_city",
+        "List the names of the employees in the {dept} department who live in {city}.",
+        "SELECT name FROM employees WHERE department = '{dept}' AND city = '{city}'",
+        ("dept", "city"),
+    ),
+    Template(
+        "names_by_salary",
+        "List the names of the employees in the {dept} department from the highest salary to the lowest.",
+        "SELECT name FROM employees WHERE department = '{dept}' ORDER BY salary DESC",
+        ("dept",),
+        True,
+    ),
+    Template(
+        "budget_of",
+        "What is the budget of the {dept} department?",
+        "SELECT budget FROM departments WHERE name = '{dept}'",
+        ("dept",),
+    ),
+    Template(
+        "floor_of",
+        "On which floor does {name} work?",
+        "SELECT departments.floor FROM employees JOIN departments ON employees.department = "
+        "departments.name WHERE employees.name = '{name}'",
+        ("name",),
+    ),
+)
 
 _SLOT_VALUES: dict[str, tuple[Any, ...]] = {
     "dept": DEPARTMENTS,
@@ -185,14 +281,16 @@ def all_questions(db_path: str | Path) -> list[dict[str, Any]]:
                 rows = connection.execute(gold_sql).fetchall()
                 if not rows or rows == [(None,)]:  # e.g. no employee of that department in that city
                     continue
-                tasks.append({
-                    "id": f"{template.name}:" + ",".join(str(filling[slot]) for slot in template.slots),
-                    "template": template.name,
-                    "question": template.question.format(**filling),
-                    "gold_sql": gold_sql,
-                    "ordered": template.ordered,
-                    "db_path": str(db_path),
-                })  # fmt: skip
+                tasks.append(
+                    {
+                        "id": f"{template.name}:" + ",".join(str(filling[slot]) for slot in template.slots),
+                        "template": template.name,
+                        "question": template.question.format(**filling),
+                        "gold_sql": gold_sql,
+                        "ordered": template.ordered,
+                        "db_path": str(db_path),
+                    }
+                )
     connection.close()
     return tasks
 

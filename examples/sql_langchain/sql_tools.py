@@ -33,8 +33,14 @@ MAX_VALUE_BYTES = 1_000_000
 
 # What a SELECT needs: reading tables and columns, calling functions, recursive CTEs. Everything else
 # (ATTACH, PRAGMA, writes, temp tables, ...) is denied before the statement runs.
-_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
-                              getattr(sqlite3, "SQLITE_RECURSIVE", 33)})  # fmt: skip
+_ALLOWED_ACTIONS = frozenset(
+    {
+        sqlite3.SQLITE_SELECT,
+        sqlite3.SQLITE_READ,
+        sqlite3.SQLITE_FUNCTION,
+        getattr(sqlite3, "SQLITE_RECURSIVE", 33),
+    }
+)
 
 
 @dataclass
@@ -164,7 +170,9 @@ def _same_rows(predicted: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], or
     return True
 
 
-def results_match(predicted: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], ordered: bool = False) -> bool:
+def results_match(
+    predicted: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], ordered: bool = False
+) -> bool:
     """Whether a query's rows are the gold query's rows (execution match, as in Spider's evaluation).
 
     The same rows, as a multiset (in order only when `ordered`); numbers equal within 0.01 absolute or

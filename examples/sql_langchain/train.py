@@ -16,13 +16,19 @@ __all__ = ["DEFAULTS", "make_config", "train"]
 EXAMPLE_DIR = Path(__file__).resolve().parent
 
 DEFAULTS: dict[str, Any] = {
-    "group_size": 8, "batch_size": 4, "learning_rate": 2e-4, "temperature": 0.7, "max_tokens": 64,
-    "eval_every": 5, "save_every": 0, "seed": 0,
+    "group_size": 8,
+    "batch_size": 4,
+    "learning_rate": 2e-4,
+    "temperature": 0.7,
+    "max_tokens": 64,
+    "eval_every": 5,
+    "save_every": 0,
+    "seed": 0,
     # Prompts are ~340 tokens (schema, example rows, worked examples): with 8 sequences per forward pass
     # the run grew past 12 GB and was OOM-killed on this shared 24 GB machine; with 2 it peaks at 7-8 GB
     # (engine included). Fewer sequences per pass also share each prompt's forward pass with fewer others.
     "micro_batch_size": 2,
-}  # fmt: skip
+}
 """The measured configuration (see README.md); `train(**overrides)` replaces any field."""
 
 
@@ -87,10 +93,15 @@ def main() -> None:
     parser.add_argument("--no-curve", action="store_true", help="do not copy the curve into the example")
     args = parser.parse_args()
     summary = train(
-        steps=args.steps, run_dir=args.run_dir, model=args.model, data_dir=args.data_dir, test_size=args.test_size,
+        steps=args.steps,
+        run_dir=args.run_dir,
+        model=args.model,
+        data_dir=args.data_dir,
+        test_size=args.test_size,
         curve_to=None if args.no_curve else EXAMPLE_DIR / "reward_curve.png",
-        batch_size=args.batch_size, group_size=args.group_size,
-    )  # fmt: skip
+        batch_size=args.batch_size,
+        group_size=args.group_size,
+    )
     print(
         f"held-out reward (greedy, {summary['test_questions']} questions): "
         f"base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}"

@@ -1,4 +1,4 @@
-"""`TransformersEngine`: the fallback engine on plain transformers, for machines where vLLM does not install."""
+"""`TransformersEngine`: the fallback engine on plain transformers, where vLLM does not install."""
 
 from __future__ import annotations
 
@@ -94,7 +94,8 @@ class TransformersEngine(EngineBase):
             raise ValueError(f"n={params.n} is above this engine's max_n={self.max_n}.")
         if params.structured:
             raise ValueError(
-                "Structured outputs (a JSON schema or JSON object response format, or a grammar) need the vLLM "
+                "Structured outputs (a JSON schema or JSON object response format, or a grammar) "
+                "need the vLLM "
                 "engine, which constrains decoding; the transformers engine cannot. Serve with engine='vllm'."
             )
         stream = RequestStream(asynchronous, copies=params.n // params.distinct_samples)
@@ -182,9 +183,7 @@ class TransformersEngine(EngineBase):
                 )
                 for index in range(params.distinct_samples):  # greedy n > 1: one row, copied by the stream
                     generator = torch.Generator().manual_seed(seed + index)
-                    rows.append(
-                        Row(prompt, params, index, stream.push, generator, _cancelled_check(stream))
-                    )
+                    rows.append(Row(prompt, params, index, stream.push, generator, _cancelled_check(stream)))
             decode_batch(self._model, self._tokenizer, rows, self._eos_ids, self._pad_id)
         except Exception as error:  # noqa: BLE001 - reported to each waiting caller
             for *_, stream in batch:

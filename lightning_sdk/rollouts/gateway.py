@@ -56,8 +56,9 @@ def parse_reward_report(body: dict[str, Any]) -> RewardReport:
     name = body.get("name", "gateway")
     if not isinstance(name, str) or not name:
         raise ValueError("name must be a non-empty string (the agent's name).")
-    return RewardReport(float(reward), [None if s is None else float(s) for s in steps], body.get("output"),
-                        error, name)  # fmt: skip
+    return RewardReport(
+        float(reward), [None if s is None else float(s) for s in steps], body.get("output"), error, name
+    )
 
 
 class GatewayRecorder:
@@ -92,7 +93,9 @@ class GatewayRecorder:
         self, rollout_id: str, lease_id: str, api: str, template: LLMCall, events: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
         """Pass a stream's server-sent events through, recording what was sent once it ends."""
-        assembler: Any = ResponsesStreamAssembler(template) if api == "responses" else StreamAssembler(template)
+        assembler: Any = (
+            ResponsesStreamAssembler(template) if api == "responses" else StreamAssembler(template)
+        )
         closed_early = True
         try:
             async for event in events:

@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.routing import APIRoute
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
+from fastapi.routing import APIRoute
 
 from lightning_sdk.rollouts.gateway import GatewayRecorder, parse_reward_report
 from lightning_sdk.rollouts.queue import LeaseLost, RolloutQueue, UnknownRollout
@@ -152,8 +152,11 @@ def _install_gateway(app: FastAPI, authorize: Callable[[Request], None], queue: 
     async def gateway_models(rollout_id: str, lease_id: str, request: Request) -> Any:
         return await models(request)
 
-    @app.api_route("/rollouts/{rollout_id}/{lease_id}/v1/{path:path}", methods=PASSTHROUGH_METHODS,
-                   include_in_schema=False)  # fmt: skip
+    @app.api_route(
+        "/rollouts/{rollout_id}/{lease_id}/v1/{path:path}",
+        methods=PASSTHROUGH_METHODS,
+        include_in_schema=False,
+    )
     async def gateway_other(rollout_id: str, lease_id: str, path: str, request: Request) -> Any:
         # Not a policy call (an agent's embeddings, say): answered as on /v1, so passed through to the
         # upstream or refused there, and not recorded. The lease must still be held.

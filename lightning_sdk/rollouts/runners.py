@@ -95,10 +95,18 @@ class RunnerProcesses:
 
     def __init__(self, count: int, launch: RunnerLaunch) -> None:
         self._command = [
-            sys.executable, "-m", "lightning_sdk.cli", "runner", launch.agent,
-            "--trainer", launch.trainer_url, "--concurrency", str(launch.concurrency),
-            "--episode-timeout", str(launch.episode_timeout_s),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "lightning_sdk.cli",
+            "runner",
+            launch.agent,
+            "--trainer",
+            launch.trainer_url,
+            "--concurrency",
+            str(launch.concurrency),
+            "--episode-timeout",
+            str(launch.episode_timeout_s),
+        ]
         self._env = {**os.environ, **launch.environment()}
         self._processes = [self._start(index) for index in range(count)]
 

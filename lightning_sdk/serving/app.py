@@ -63,8 +63,13 @@ def create_app(
     requests go to `upstream` (`lightning_sdk.serving.passthrough`), or get a 404 that ends with
     `upstream_setting`: how the owner names an upstream.
     """
-    ctx = ServingContext(engine, api_key, model_name or engine.model.name, default_max_tokens,
-                         sampling_policy or SamplingPolicy())  # fmt: skip
+    ctx = ServingContext(
+        engine,
+        api_key,
+        model_name or engine.model.name,
+        default_max_tokens,
+        sampling_policy or SamplingPolicy(),
+    )
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     install_info_routes(app, ctx)
@@ -153,8 +158,13 @@ def install_chat_route(app: FastAPI, ctx: ServingContext) -> None:
         for completion in result.completions:
             logprobs = None
             if prepared.want_logprobs:
-                logprobs = chat_logprobs(ctx.tokenizer, completion.token_ids, completion.logprobs,
-                                         completion.top_logprobs, prepared.top)  # fmt: skip
+                logprobs = chat_logprobs(
+                    ctx.tokenizer,
+                    completion.token_ids,
+                    completion.logprobs,
+                    completion.top_logprobs,
+                    prepared.top,
+                )
             choices.append(chat_choice(completion, prepared.parse(completion.text), logprobs))
         return chat_response(meta, result, choices)
 
@@ -198,7 +208,6 @@ def install_completions_route(app: FastAPI, ctx: ServingContext) -> None:
                 )
         meta.weight_version = results[0].weight_version
         return completion_response(meta, results, choices)
-
 
 
 def _prompt_ids(tokenizer: Any, prompt: Any) -> list[list[int]]:

@@ -32,7 +32,8 @@ def tools_system_prompt(tools: list[dict[str, Any]]) -> str:
         "# Tools\n\nYou may call one or more functions to answer the user. The available functions, one JSON "
         f"object per line:\n<tools>\n{signatures}\n</tools>\n\n"
         "To call a function, reply with a JSON object holding its name and arguments between tags:\n"
-        f'{TOOL_CALL_START}\n{{"name": <function-name>, "arguments": <arguments-json-object>}}\n{TOOL_CALL_END}\n'
+        f'{TOOL_CALL_START}\n{{"name": <function-name>, "arguments": <arguments-json-object>}}\n'
+        f"{TOOL_CALL_END}\n"
         "Each result comes back in <tool_response></tool_response> tags."
     )
 
@@ -47,7 +48,8 @@ def tool_choice_prefix(tool_choice: str | dict[str, Any] | None, tools: list[dic
         return ""
     if not tools:
         raise APIError.bad_request(
-            f"tool_choice={tool_choice!r} needs `tools`: send the tools the model may call, or drop tool_choice.",
+            f"tool_choice={tool_choice!r} needs `tools`: send the tools the model may call, "
+            "or drop tool_choice.",
             param="tool_choice",
         )
     if tool_choice == "required":

@@ -24,14 +24,20 @@ from lightning_sdk.serving.upstream import Upstream
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["PASSTHROUGH_METHODS", "PASSTHROUGH_PATH", "SERVE_UPSTREAM_SETTING", "install_passthrough_route",
-           "passthrough_endpoint"]  # fmt: skip
+__all__ = [
+    "PASSTHROUGH_METHODS",
+    "PASSTHROUGH_PATH",
+    "SERVE_UPSTREAM_SETTING",
+    "install_passthrough_route",
+    "passthrough_endpoint",
+]
 
 log = logging.getLogger(__name__)
 
 # Headers that describe one HTTP hop (or our own key), not the request or answer itself.
-_REQUEST_HEADERS_NOT_FORWARDED = frozenset({"host", "authorization", "content-length", "connection",
-                                            "keep-alive", "transfer-encoding", "upgrade"})  # fmt: skip
+_REQUEST_HEADERS_NOT_FORWARDED = frozenset(
+    {"host", "authorization", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade"}
+)
 _ANSWER_HEADERS_NOT_FORWARDED = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding"})
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 """The methods passed through."""
@@ -40,7 +46,8 @@ PASSTHROUGH_PATH = "/v1/{path:path}"
 _LOOP_MARK = "x-lightning-sdk-passed-through"  # set on what we forward; an upstream that is us sends it back
 
 SERVE_UPSTREAM_SETTING = (
-    "Name one when starting the server: `lightning-sdk serve --upstream URL` or `serve(upstream=...)` (its key "
+    "Name one when starting the server: `lightning-sdk serve --upstream URL` or `serve(upstream=...)` "
+    "(its key "
     "is read from OPENAI_API_KEY)."
 )
 """How to name an upstream for a server started with `serve()` or `lightning-sdk serve`."""
@@ -68,9 +75,13 @@ def install_passthrough_route(
                 code="unknown_route",
             )
         if _LOOP_MARK in request.headers:
-            raise APIError(508, f"The upstream API at {upstream.base_url} sent /v1/{path} back to this "
-                                "server: the upstream must be another API, not this endpoint.",
-                           type="server_error", code="upstream_loop")  # fmt: skip
+            raise APIError(
+                508,
+                f"The upstream API at {upstream.base_url} sent /v1/{path} back to this "
+                "server: the upstream must be another API, not this endpoint.",
+                type="server_error",
+                code="upstream_loop",
+            )
         return await _forward(request, upstream, path)
 
 
@@ -90,26 +101,44 @@ async def _forward(request: Request, upstream: Upstream, path: str) -> Streaming
 
     client = httpx.AsyncClient(timeout=_TIMEOUT_S)
 
-    headers = {name: value for name, value in request.headers.items()
-               if name.lower() not in _REQUEST_HEADERS_NOT_FORWARDED}  # fmt: skip
+    headers = {
+        name: value
+        for name, value in request.headers.items()
+        if name.lower() not in _REQUEST_HEADERS_NOT_FORWARDED
+    }
     if upstream.api_key:
         headers["authorization"] = f"Bearer {upstream.api_key}"
     headers[_LOOP_MARK] = "1"
-    outgoing = client.build_request(request.method, upstream.url_for(path), params=request.query_params,
-                                    headers=headers, content=await request.body())  # fmt: skip
+    outgoing = client.build_request(
+        request.method,
+        upstream.url_for(path),
+        params=request.query_params,
+        headers=headers,
+        content=await request.body(),
+    )
     try:
         answer = await client.send(outgoing, stream=True)
     except httpx.HTTPError as error:
         await client.aclose()
         log.warning("pass-through to %s failed: %s", upstream.base_url, error)
-        raise APIError(502, f"The upstream API at {upstream.base_url} did not answer "
-                            f"{request.method} /v1/{path}: {error!r}", type="server_error",
-                       code="upstream_unreachable") from error  # fmt: skip
-    answer_headers = {name: value for name, value in answer.headers.items()
-                      if name.lower() not in _ANSWER_HEADERS_NOT_FORWARDED}  # fmt: skip
+        raise APIError(
+            502,
+            f"The upstream API at {upstream.base_url} did not answer {request.method} /v1/{path}: {error!r}",
+            type="server_error",
+            code="upstream_unreachable",
+        ) from error
+    answer_headers = {
+        name: value
+        for name, value in answer.headers.items()
+        if name.lower() not in _ANSWER_HEADERS_NOT_FORWARDED
+    }
     # Raw bytes: the body stays exactly as the upstream encoded it (its content-encoding header comes along).
-    return StreamingResponse(answer.aiter_raw(), status_code=answer.status_code, headers=answer_headers,
-                             background=BackgroundTask(_close, answer, client))  # fmt: skip
+    return StreamingResponse(
+        answer.aiter_raw(),
+        status_code=answer.status_code,
+        headers=answer_headers,
+        background=BackgroundTask(_close, answer, client),
+    )
 
 
 async def _close(answer: httpx.Response, client: httpx.AsyncClient) -> None:

@@ -133,7 +133,9 @@ def to_chat_request(req: ResponsesRequest) -> ChatRequest:
         "logprobs": _LOGPROBS_INCLUDE in (req.include or []),
         "top_logprobs": req.top_logprobs,
     }
-    request: ChatRequest = parse_request(ChatRequest, {key: value for key, value in body.items() if value is not None})
+    request: ChatRequest = parse_request(
+        ChatRequest, {key: value for key, value in body.items() if value is not None}
+    )
     return request
 
 

@@ -94,8 +94,9 @@ def start_server(
         startup_timeout: Seconds to wait for the server to come up.
         sampling_policy: Server-side sampling overrides (the trainer's rollout and evaluation settings).
         routes: More routes behind the same key (`lightning_sdk.serving.app.RouteInstaller`).
-        upstream: Where other `/v1/...` requests (`/v1/embeddings`, ...) go (`lightning_sdk.serving.Upstream`);
-            without one they get a 404 whose message ends with `upstream_setting`.
+        upstream: Where other `/v1/...` requests (`/v1/embeddings`, ...) go
+            (`lightning_sdk.serving.Upstream`); without one they get a 404 whose message ends with
+            `upstream_setting`.
         upstream_setting: How the caller names an upstream (default: `serve(upstream=...)` and `--upstream`).
     """
     import uvicorn
@@ -105,10 +106,15 @@ def start_server(
 
     key = api_key or f"sk-local-{secrets.token_urlsafe(24)}"
     app = create_app(
-        engine, api_key=key, model_name=model_name, default_max_tokens=default_max_tokens,
-        sampling_policy=sampling_policy, routes=routes, upstream=upstream,
+        engine,
+        api_key=key,
+        model_name=model_name,
+        default_max_tokens=default_max_tokens,
+        sampling_policy=sampling_policy,
+        routes=routes,
+        upstream=upstream,
         upstream_setting=upstream_setting or SERVE_UPSTREAM_SETTING,
-    )  # fmt: skip
+    )
     sock = _listening_socket(host, port)
     config = uvicorn.Config(
         app,
@@ -214,6 +220,7 @@ def _listening_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise OSError(
             error.errno,
-            f"Cannot listen on {host}:{port} ({error.strerror}); choose another port, or port 0 for a free one",
+            f"Cannot listen on {host}:{port} ({error.strerror}); "
+            "choose another port, or port 0 for a free one",
         ) from error
     return sock

@@ -88,8 +88,10 @@ def _json_rule(rule: str, tool: dict[str, Any]) -> str:
 
 
 def _call_rules(tools: list[dict[str, Any]], parallel: bool) -> list[str]:
-    """`calls`: one call (or, `parallel`, several) to any of the tools, from its opening to its closing tag."""
-    alternatives = [f'"{_escape(_opening(tool))}" args_{i} "{_escape(_CALL_END)}"' for i, tool in enumerate(tools)]
+    """`calls`: one call (or, `parallel`, several) to any of the tools, opening to closing tag."""
+    alternatives = [
+        f'"{_escape(_opening(tool))}" args_{i} "{_escape(_CALL_END)}"' for i, tool in enumerate(tools)
+    ]
     more = f' ("{_escape(chr(10) + TOOL_CALL_START + chr(10))}" call)*' if parallel else ""
     return [
         f"calls: call{more}",

@@ -29,7 +29,9 @@ class Upstream:
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"Upstream base_url must be an http(s) URL ending in /v1, got {self.base_url!r}.")
+            raise ValueError(
+                f"Upstream base_url must be an http(s) URL ending in /v1, got {self.base_url!r}."
+            )
 
     def __repr__(self) -> str:  # never print the key
         return f"Upstream(base_url={self.base_url!r}, api_key={'***' if self.api_key else None})"

@@ -62,7 +62,9 @@ def configure(
     remove_finish_hook(_persist)
     if previous.owns_store and previous.store is not None and previous.store is not new_store:
         previous.store.close()
-    _settings = Settings(store=new_store, run_id=run_id, instrument_openai=instrument_openai, owns_store=opened)
+    _settings = Settings(
+        store=new_store, run_id=run_id, instrument_openai=instrument_openai, owns_store=opened
+    )
     set_auto_instrument(instrument_openai)
     if new_store is not None:
         add_finish_hook(_persist)

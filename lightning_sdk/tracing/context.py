@@ -32,7 +32,9 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_episode: contextvars.ContextVar[Episode | None] = contextvars.ContextVar("lightning_sdk_episode", default=None)
+_episode: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
+    "lightning_sdk_episode", default=None
+)
 _collectors: contextvars.ContextVar[tuple[list[Episode], ...]] = contextvars.ContextVar(
     "lightning_sdk_collectors", default=()
 )
@@ -111,7 +113,7 @@ def current_call_attributes() -> dict[str, Any]:
 @contextmanager
 def collect_into(sink: list[Episode]) -> Iterator[list[Episode]]:
     """Append every top-level episode that finishes in this context (and its tasks) to `sink`."""
-    token = _collectors.set(_collectors.get() + (sink,))
+    token = _collectors.set((*_collectors.get(), sink))
     try:
         yield sink
     finally:

@@ -115,13 +115,18 @@ class _AgentRun:
     def active(self) -> Any:
         return episode_scope(self.episode)
 
-    def finish(self, output: Any = None, error: BaseException | None = None, closed_early: bool = False) -> None:
+    def finish(
+        self, output: Any = None, error: BaseException | None = None, closed_early: bool = False
+    ) -> None:
         try:
             episode = self.episode
             episode.output = jsonable(output)
             if error is not None:
-                episode.error = {"type": type(error).__qualname__, "message": str(error),
-                                 "traceback": "".join(traceback.format_exception(error))}
+                episode.error = {
+                    "type": type(error).__qualname__,
+                    "message": str(error),
+                    "traceback": "".join(traceback.format_exception(error)),
+                }
             if closed_early:
                 episode.metadata["closed_early"] = True
             episode.ended_at = time.time()

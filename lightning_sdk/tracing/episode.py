@@ -125,7 +125,7 @@ class Episode:
     parent_id: str | None = None
     """Id of the enclosing episode when a traced agent was called inside another."""
     run_id: str | None = None
-    """Groups episodes of one training run or one production deployment (set by `configure` or the trainer)."""
+    """Groups episodes of one training run or one deployment (set by `configure` or the trainer)."""
     task: Any = None
     """The task the agent was called with (its first argument, when JSON-serialisable)."""
     output: Any = None

@@ -17,5 +17,5 @@ def report_internal_error(what: str) -> None:
     our recording code fails our tests rather than hiding behind a log line.
     """
     if os.environ.get("PYTEST_CURRENT_TEST") and not os.environ.get("LIGHTNING_SDK_TOLERATE_INTERNAL_ERRORS"):
-        raise  # noqa: PLE0704 - callers call this inside their `except` block
+        raise
     logger.exception("lightning-sdk: internal error while %s; the agent goes on unrecorded here", what)

@@ -58,8 +58,15 @@ def request_record(kind: str, body: Mapping[str, Any], base_url: str | None, sta
 
 def _for_choice(template: LLMCall, index: int, prompts: Any) -> LLMCall:
     """A copy of the request record for choice `index` (a list prompt gives each choice its prompt)."""
-    call = LLMCall(**{**template.__dict__, "id": new_id(), "choice_index": index,
-                      "sampling": dict(template.sampling), "metadata": dict(template.metadata)})
+    call = LLMCall(
+        **{
+            **template.__dict__,
+            "id": new_id(),
+            "choice_index": index,
+            "sampling": dict(template.sampling),
+            "metadata": dict(template.metadata),
+        }
+    )
     if isinstance(prompts, list) and prompts:
         per_prompt = max(1, int(template.sampling.get("n") or 1))
         call.prompt = str(prompts[min(index // per_prompt, len(prompts) - 1)])
@@ -191,8 +198,10 @@ class StreamAssembler:
         for index in indices:
             parts = self.choices.get(index, _ChoiceParts())
             call = _choice_record(self.template, index, len(indices), self.prompts)
-            tool_calls = [{"id": tc.get("id"), "type": tc.get("type", "function"), "function": tc["function"]}
-                          for _, tc in sorted(parts.tool_calls.items())] or None
+            tool_calls = [
+                {"id": tc.get("id"), "type": tc.get("type", "function"), "function": tc["function"]}
+                for _, tc in sorted(parts.tool_calls.items())
+            ] or None
             content = "".join(parts.texts) if parts.texts else (None if tool_calls else "")
             call.text = content
             call.response_message = _message_dict(content, tool_calls)

@@ -58,12 +58,16 @@ def instrument_openai() -> bool:
         from openai import _base_client
 
         _warn_if_unsupported(openai.__version__)
-        for owner, make_wrapper in ((_base_client.SyncAPIClient, _sync_request),
-                                    (_base_client.AsyncAPIClient, _async_request)):
+        for owner, make_wrapper in (
+            (_base_client.SyncAPIClient, _sync_request),
+            (_base_client.AsyncAPIClient, _async_request),
+        ):
             original = owner.__dict__.get("request")
             if original is None:
-                raise RuntimeError(f"openai {openai.__version__} has no {owner.__name__}.request to instrument; "
-                                   f"install a supported version: pip install 'openai>=1.40,<4'")
+                raise RuntimeError(
+                    f"openai {openai.__version__} has no {owner.__name__}.request to instrument; "
+                    f"install a supported version: pip install 'openai>=1.40,<4'"
+                )
             owner.request = make_wrapper(original)  # type: ignore[method-assign]  # the patch itself
             _originals.append((owner, "request", original))
         return True
@@ -109,9 +113,13 @@ def _warn_if_unsupported(version: str) -> None:
     parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
     low, high = SUPPORTED_OPENAI
     if not low <= parts < high:
-        warnings.warn(f"lightning-sdk's openai capture is tested with openai >={low[0]}.{low[1]},<{high[0]}; "
-                      f"found {version}. Calls may go unrecorded; install a supported version "
-                      f"(pip install 'openai>=1.40,<4').", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"lightning-sdk's openai capture is tested with openai >={low[0]}.{low[1]},<{high[0]}; "
+            f"found {version}. Calls may go unrecorded; install a supported version "
+            f"(pip install 'openai>=1.40,<4').",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 _base_urls: weakref.WeakKeyDictionary[Any, tuple[Any, str]] = weakref.WeakKeyDictionary()

@@ -51,6 +51,7 @@ def _rewarded(fn: Callable[P, R], name: str | None) -> Callable[P, R | None]:
     reward_name = name or getattr(fn, "__name__", None) or "reward"
 
     if inspect.iscoroutinefunction(fn):
+
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             episode = current_episode()
             if episode is None:
@@ -95,20 +96,29 @@ def _record_value(episode: Episode, name: str, value: Any) -> None:
     if bad or not components:
         message = f"returned {value!r}; expected a finite number or a non-empty dict of finite numbers"
         episode.reward_errors.append({"name": name, "type": "InvalidReward", "message": message})
-        logger.warning("lightning-sdk: reward %r of episode %s %s; no reward recorded", name, episode.id, message)
+        logger.warning(
+            "lightning-sdk: reward %r of episode %s %s; no reward recorded", name, episode.id, message
+        )
         return
     episode.rewards.update(numbers_by_name)  # type: ignore[arg-type]  # all finite, checked above
 
 
 def _record_error(episode: Episode, name: str, error: BaseException) -> None:
-    episode.reward_errors.append({
-        "name": name,
-        "type": type(error).__qualname__,
-        "message": str(error),
-        "traceback": "".join(traceback.format_exception(error)),
-    })
-    logger.warning("lightning-sdk: reward %r raised %s: %s; no reward recorded for episode %s",
-                   name, type(error).__name__, error, episode.id)
+    episode.reward_errors.append(
+        {
+            "name": name,
+            "type": type(error).__qualname__,
+            "message": str(error),
+            "traceback": "".join(traceback.format_exception(error)),
+        }
+    )
+    logger.warning(
+        "lightning-sdk: reward %r raised %s: %s; no reward recorded for episode %s",
+        name,
+        type(error).__name__,
+        error,
+        episode.id,
+    )
 
 
 def emit_reward(value: float, name: str | None = None) -> LLMCall | None:
@@ -132,8 +142,12 @@ def emit_reward(value: float, name: str | None = None) -> LLMCall | None:
         return None
     calls = episode.all_calls()
     if not calls:
-        _drop(episode, label, "emit_reward was called before any LLM call of this episode; "
-                              "emit step rewards after the call they score")
+        _drop(
+            episode,
+            label,
+            "emit_reward was called before any LLM call of this episode; "
+            "emit step rewards after the call they score",
+        )
         return None
     call = calls[-1]
     call.add_reward(number, name)

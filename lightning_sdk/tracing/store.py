@@ -104,7 +104,9 @@ class EpisodeStore:
         with self._lock:
             self._connection.execute("BEGIN")
             try:
-                self._connection.executemany("INSERT OR REPLACE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                self._connection.executemany(
+                    "INSERT OR REPLACE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?)", rows
+                )
             except sqlite3.OperationalError as error:
                 self._rollback()
                 if self.max_size_mb is not None and error.sqlite_errorcode == sqlite3.SQLITE_FULL:
@@ -157,8 +159,15 @@ class EpisodeStore:
         """
         return list(self._iter(run_id=run_id, name=name, since=since, until=until, limit=limit))
 
-    def _iter(self, *, run_id: str | None, name: str | None, since: Time | None, until: Time | None,
-              limit: int | None) -> Iterator[Episode]:
+    def _iter(
+        self,
+        *,
+        run_id: str | None,
+        name: str | None,
+        since: Time | None,
+        until: Time | None,
+        limit: int | None,
+    ) -> Iterator[Episode]:
         where, params = _filters(run_id, name, since, until)
         query = f"SELECT data FROM episodes {where} ORDER BY started_at DESC, rowid DESC"
         if limit is not None:
@@ -182,7 +191,8 @@ class EpisodeStore:
         """The distinct run ids stored, in order of first appearance."""
         with self._lock:
             rows = self._connection.execute(
-                "SELECT run_id FROM episodes WHERE run_id IS NOT NULL GROUP BY run_id ORDER BY MIN(started_at)"
+                "SELECT run_id FROM episodes WHERE run_id IS NOT NULL "
+                "GROUP BY run_id ORDER BY MIN(started_at)"
             ).fetchall()
         return [row[0] for row in rows]
 
@@ -226,8 +236,9 @@ class EpisodeStore:
         return f"EpisodeStore({str(self.path)!r})"
 
 
-def _filters(run_id: str | None, name: str | None, since: Time | None, until: Time | None
-             ) -> tuple[str, list[object]]:
+def _filters(
+    run_id: str | None, name: str | None, since: Time | None, until: Time | None
+) -> tuple[str, list[object]]:
     clauses: list[str] = []
     params: list[object] = []
     for clause, value in (("run_id = ?", run_id), ("name = ?", name)):

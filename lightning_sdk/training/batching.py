@@ -140,9 +140,12 @@ def _full_logits(model: Any, batch: Batch) -> torch.Tensor:
     width = batch.completion_ids.shape[1]
     # Logits of the last prompt position and every completion position but the last (nothing to predict).
     output = model(
-        input_ids=input_ids, attention_mask=mask, position_ids=_positions(mask), logits_to_keep=width + 1,
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=_positions(mask),
+        logits_to_keep=width + 1,
         use_cache=False,
-    )  # fmt: skip
+    )
     logits: torch.Tensor = output.logits[:, :-1, :]
     return logits
 
@@ -153,9 +156,13 @@ def _shared_prompt_logits(model: Any, batch: Batch) -> torch.Tensor:
     index = batch.prompt_index
     cache = DynamicCache()
     prompt_output = model(
-        input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=_positions(batch.prompt_mask),
-        past_key_values=cache, use_cache=True, logits_to_keep=1,
-    )  # fmt: skip
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=_positions(batch.prompt_mask),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     cache.reorder_cache(index)  # type: ignore[arg-type]  # one copy of each prompt's keys and values per sample (differentiable)
     prompt_lengths = batch.prompt_mask.sum(dim=1)[index]
     completion_output = model(

@@ -44,9 +44,21 @@ def _at_least(name: str, minimum: float, why: str) -> Callable[[Any], str | None
 
 
 def _check_int_fields(config: Any) -> str | None:
-    names = ("group_size", "batch_size", "max_steps", "micro_batch_size", "mini_batches_per_step",
-             "lora_rank", "max_tokens", "max_concurrency", "save_every", "keep_checkpoints",
-             "eval_every", "warmup_steps", "seed")  # fmt: skip
+    names = (
+        "group_size",
+        "batch_size",
+        "max_steps",
+        "micro_batch_size",
+        "mini_batches_per_step",
+        "lora_rank",
+        "max_tokens",
+        "max_concurrency",
+        "save_every",
+        "keep_checkpoints",
+        "eval_every",
+        "warmup_steps",
+        "seed",
+    )
     for name in names:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int):

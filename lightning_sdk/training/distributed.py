@@ -126,5 +126,7 @@ def _average(values: dict[str, float], weight_key: str, world_size: int) -> dict
         if key.endswith("_failed"):
             merged[key] = sum(part[key] for part in parts)
         else:
-            merged[key] = sum(part[key] * part.get(weight_key, 0.0) for part in parts) / total if total else 0.0
+            merged[key] = (
+                sum(part[key] * part.get(weight_key, 0.0) for part in parts) / total if total else 0.0
+            )
     return merged

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 __all__ = ["export_merged_model_folder"]
 
 
-def export_merged_model_folder(model: Any, config: TrainerConfig, path: str | Path, adapter: str | Path | None) -> Path:
+def export_merged_model_folder(
+    model: Any, config: TrainerConfig, path: str | Path, adapter: str | Path | None
+) -> Path:
     """Load the base model, apply `adapter` (default: the run's final adapter or newest checkpoint), merge,
     and write a folder that transformers and vLLM load without peft."""
     from transformers import AutoTokenizer
@@ -36,7 +38,9 @@ def export_merged_model_folder(model: Any, config: TrainerConfig, path: str | Pa
 
 def _default_adapter(config: TrainerConfig, latest_adapter: Callable[[str], Path | None]) -> Path:
     if config.run_dir is None:
-        raise ValueError("export_merged needs adapter=PATH, or TrainerConfig(run_dir=...) naming a trained run.")
+        raise ValueError(
+            "export_merged needs adapter=PATH, or TrainerConfig(run_dir=...) naming a trained run."
+        )
     final = Path(config.run_dir) / "adapter"
     if (final / "adapter_model.safetensors").exists():
         return final

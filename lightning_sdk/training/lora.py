@@ -165,8 +165,11 @@ def export_merged_model(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     weights = merged_state_dict(model, dtype=dtype)
-    save_file({key: value.contiguous() for key, value in weights.items()}, str(path / "model.safetensors"),
-              metadata={"format": "pt"})  # fmt: skip
+    save_file(
+        {key: value.contiguous() for key, value in weights.items()},
+        str(path / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     base: Any = model.get_base_model()
     config = copy.deepcopy(base.config)
     if hasattr(config, "quantization_config"):

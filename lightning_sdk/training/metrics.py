@@ -248,7 +248,7 @@ class EvaluationProgress:
 
 
 def _tqdm() -> Any:
-    """tqdm's class when it is installed (it comes with the train extra), else None: progress then prints lines."""
+    """tqdm's class when installed (it comes with the train extra), else None: progress then prints lines."""
     try:
         from tqdm.auto import tqdm
     except ImportError:

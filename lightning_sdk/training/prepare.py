@@ -102,9 +102,12 @@ def prepare_samples(
         for group in kept_groups
     ]
     rewards = [
-        [assign_credit(episode, calls, config.credit, config.gamma) for episode, calls in zip(group, group_calls, strict=True)]
+        [
+            assign_credit(episode, calls, config.credit, config.gamma)
+            for episode, calls in zip(group, group_calls, strict=True)
+        ]
         for group, group_calls in zip(kept_groups, selected, strict=True)
-    ]  # fmt: skip
+    ]
     advantages = compute_advantages(rewards, scale=config.scale_advantages, eps=config.advantage_eps)
     metrics["groups"] = len(groups)
     for reason in ("no_spread", "too_few_episodes"):

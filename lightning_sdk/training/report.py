@@ -83,9 +83,19 @@ def _summary_table(history: list[dict[str, Any]]) -> str:
     evals = [record for record in history if "val_reward" in record]
     rows = [("steps trained", str(max((int(r["step"]) for r in steps), default=0)))]
     if evals:
-        rows.append(("validation reward, first → last", f"{_number(evals[0]['val_reward'])} → {_number(evals[-1]['val_reward'])}"))
+        rows.append(
+            (
+                "validation reward, first → last",
+                f"{_number(evals[0]['val_reward'])} → {_number(evals[-1]['val_reward'])}",
+            )
+        )
     if steps:
-        rows.append(("training reward, first → last step", f"{_number(steps[0]['reward_mean'])} → {_number(steps[-1]['reward_mean'])}"))
+        rows.append(
+            (
+                "training reward, first → last step",
+                f"{_number(steps[0]['reward_mean'])} → {_number(steps[-1]['reward_mean'])}",
+            )
+        )
         seconds = [r["time_step_s"] for r in steps if "time_step_s" in r]
         if seconds:
             rows.append(("seconds per step (median)", f"{sorted(seconds)[len(seconds) // 2]:.1f}"))
@@ -129,7 +139,8 @@ def _episode_html(episode: Episode) -> str:
     error = f"<p>error: {html.escape(episode.error['message'])}</p>" if episode.error else ""
     return (
         f"<details><summary>reward {reward} — task {html.escape(_short(episode.task))}</summary>"
-        f"{error}<ol>{''.join(calls)}</ol><p>output: <code>{html.escape(_short(episode.output))}</code></p></details>"
+        f"{error}<ol>{''.join(calls)}</ol>"
+        f"<p>output: <code>{html.escape(_short(episode.output))}</code></p></details>"
     )
 
 

@@ -146,7 +146,9 @@ async def run_episode(
     return Rollout(task_index=-1, sample_index=-1, episode=episode, timed_out=timed_out)
 
 
-def _episode_without_record(agent: Callable[..., Any], task: Any, started: float, error: Exception | None) -> Episode:
+def _episode_without_record(
+    agent: Callable[..., Any], task: Any, started: float, error: Exception | None
+) -> Episode:
     """The episode for a run that produced none: a timeout, or an agent without `@trace_agent`."""
     name = getattr(agent, "__qualname__", None) or type(agent).__name__
     episode = Episode(name=name, task=task, started_at=started, ended_at=time.time())
@@ -157,7 +159,9 @@ def _episode_without_record(agent: Callable[..., Any], task: Any, started: float
     return episode
 
 
-def score_with_reward_fn(episode: Episode, reward_fn: Callable[[Any, Any], float], task: Any, output: Any) -> None:
+def score_with_reward_fn(
+    episode: Episode, reward_fn: Callable[[Any, Any], float], task: Any, output: Any
+) -> None:
     """Record `reward_fn(task, output)` as the episode's reward; a bad value becomes a reward error."""
     try:
         value = reward_fn(task, output)

@@ -101,8 +101,10 @@ def is_constrained(call: LLMCall) -> bool:
     response_format = call.sampling.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") in ("json_object", "json_schema"):
         return True
-    return any(isinstance(tool, dict) and isinstance(tool.get("function"), dict) and tool["function"].get("strict")
-               for tool in call.tools or [])  # fmt: skip
+    return any(
+        isinstance(tool, dict) and isinstance(tool.get("function"), dict) and tool["function"].get("strict")
+        for tool in call.tools or []
+    )
 
 
 def _trained_mask(call: LLMCall) -> list[int]:
@@ -232,11 +234,14 @@ def build_samples(
     elif mode == "trajectory":
         samples = [
             _trajectory_sample(
-                [calls[i] for i in chain], [advantages[i] for i in chain], episode_id, names[chain[0]],
+                [calls[i] for i in chain],
+                [advantages[i] for i in chain],
+                episode_id,
+                names[chain[0]],
                 temperature,
             )
             for chain in chain_calls(calls)
-        ]  # fmt: skip
+        ]
     else:
         raise ValueError(f"mode={mode!r} is unknown; use 'transition' or 'trajectory'.")
     return [sample for sample in samples if sample.num_trained_tokens > 0]

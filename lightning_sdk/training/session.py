@@ -67,7 +67,12 @@ class TrainingSession:
 
     @classmethod
     def start(
-        cls, model: Any, config: TrainerConfig, run_dir: Path, engine_kind: Any, engine_options: dict[str, Any]
+        cls,
+        model: Any,
+        config: TrainerConfig,
+        run_dir: Path,
+        engine_kind: Any,
+        engine_options: dict[str, Any],
     ) -> TrainingSession:
         """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
         from lightning_sdk.engine.factory import create_engine
@@ -93,9 +98,16 @@ class TrainingSession:
         queue, routes, host, port = _runner_protocol(config, distributed)
         try:
             sampling = SamplingPolicy(accept_any_model=True)
-            server = start_server(engine, owns_engine=owns_engine, sampling_policy=sampling, routes=routes,
-                                  host=host, port=port, upstream=_upstream(config),
-                                  upstream_setting=TRAINER_UPSTREAM_SETTING)  # fmt: skip
+            server = start_server(
+                engine,
+                owns_engine=owns_engine,
+                sampling_policy=sampling,
+                routes=routes,
+                host=host,
+                port=port,
+                upstream=_upstream(config),
+                upstream_setting=TRAINER_UPSTREAM_SETTING,
+            )
         except BaseException:
             if owns_engine:
                 engine.shutdown()
@@ -103,17 +115,36 @@ class TrainingSession:
         engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
         base = load_base_model(resolved.path, placement.training_dtype(config.dtype), device=placement.device)
         policy = distributed.wrap(build_lora_model(base, config))
-        write_rank_info(run_dir, placement.describe(), policy_device=str(base.device),
-                        engine_device=str(getattr(engine, "device", "cpu")))  # fmt: skip
+        write_rank_info(
+            run_dir,
+            placement.describe(),
+            policy_device=str(base.device),
+            engine_device=str(getattr(engine, "device", "cpu")),
+        )
         optimizer = build_optimizer(policy, config)
         scheduler = build_scheduler(optimizer, config)
         metrics = None
         episodes = None
         if distributed.is_main:
-            metrics = MetricsWriter(run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project)
+            metrics = MetricsWriter(
+                run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project
+            )
             episodes = EpisodeStore(run_dir / "episodes.sqlite", max_size_mb=config.episode_store_max_mb)
-        return cls(config, run_dir, server, policy, optimizer, scheduler, engine.tokenizer, metrics, episodes,
-                   sampling, distributed, owns_engine=owns_engine, queue=queue)  # fmt: skip
+        return cls(
+            config,
+            run_dir,
+            server,
+            policy,
+            optimizer,
+            scheduler,
+            engine.tokenizer,
+            metrics,
+            episodes,
+            sampling,
+            distributed,
+            owns_engine=owns_engine,
+            queue=queue,
+        )
 
     # --- identity -------------------------------------------------------------------------------------
     @property
@@ -169,16 +200,26 @@ class TrainingSession:
 
         reference = runners.agent or (agent_reference(agent) if agent is not None else None)
         local_url = self.endpoint.base_url.removesuffix("/v1").replace("//0.0.0.0:", "//127.0.0.1:")
-        shown_url = local_url if runners.host in ("127.0.0.1", "localhost") else local_url.replace(
-            "127.0.0.1", socket.gethostname())  # fmt: skip
-        command = (f"LIGHTNING_SDK_KEY={self.endpoint.api_key} lightning-sdk runner "
-                   f"{reference or 'module:agent'} --trainer {shown_url}")  # fmt: skip
+        shown_url = (
+            local_url
+            if runners.host in ("127.0.0.1", "localhost")
+            else local_url.replace("127.0.0.1", socket.gethostname())
+        )
+        command = (
+            f"LIGHTNING_SDK_KEY={self.endpoint.api_key} lightning-sdk runner "
+            f"{reference or 'module:agent'} --trainer {shown_url}"
+        )
         processes: Any = None
         if runners.processes:
             if reference is None:
                 raise ValueError("Runners(processes=...) needs the agent: pass it to fit or to Runners.")
-            launch = RunnerLaunch(reference, local_url, self.endpoint.api_key, runners.concurrency,
-                                  self.config.episode_timeout_s)  # fmt: skip
+            launch = RunnerLaunch(
+                reference,
+                local_url,
+                self.endpoint.api_key,
+                runners.concurrency,
+                self.config.episode_timeout_s,
+            )
             if runners.backend == "ray":
                 from lightning_sdk.rollouts.ray_runners import RayRunners, node_address
 
@@ -210,17 +251,29 @@ class TrainingSession:
             raise ValueError("fit(agent=None) needs TrainerConfig(runners=Runners(...)): it runs the agent.")
         config = self.config
         return self.run_async(
-            run_rollouts(agent, tasks, group_size, llm=self.endpoint, max_concurrency=config.max_concurrency,
-                         timeout_s=config.episode_timeout_s, reward_fn=reward, on_finished=on_finished)
-        )  # fmt: skip
+            run_rollouts(
+                agent,
+                tasks,
+                group_size,
+                llm=self.endpoint,
+                max_concurrency=config.max_concurrency,
+                timeout_s=config.episode_timeout_s,
+                reward_fn=reward,
+                on_finished=on_finished,
+            )
+        )
 
     # --- phases ---------------------------------------------------------------------------------------
     @contextmanager
     def rollout_phase(self) -> Iterator[None]:
         """Engine awake, sampling at the training temperature, default openai clients pointed at it."""
         config = self.config
-        self.sampling.set(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens,
-                          no_penalties=True)  # fmt: skip
+        self.sampling.set(
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            no_penalties=True,
+        )
         with self._awake(), _environment(self.endpoint.env):
             yield
 
@@ -229,8 +282,12 @@ class TrainingSession:
         """Engine awake, greedy decoding when `eval_greedy` (else the training temperature)."""
         config = self.config
         temperature = 0.0 if config.eval_greedy else config.temperature
-        self.sampling.set(temperature=temperature, top_p=1.0 if config.eval_greedy else config.top_p,
-                          max_tokens=config.max_tokens, no_penalties=True)  # fmt: skip
+        self.sampling.set(
+            temperature=temperature,
+            top_p=1.0 if config.eval_greedy else config.top_p,
+            max_tokens=config.max_tokens,
+            no_penalties=True,
+        )
         with self._awake(), _environment(self.endpoint.env):
             yield
 
@@ -267,8 +324,9 @@ class TrainingSession:
                 "%d training sample(s) are longer than max_sample_tokens=%d and were left out of the update "
                 "(the metric samples_dropped_too_long counts them each step). Raise max_sample_tokens if "
                 "memory allows, or shorten the agent's conversations (fewer turns, shorter tool output).",
-                dropped, self.config.max_sample_tokens,
-            )  # fmt: skip
+                dropped,
+                self.config.max_sample_tokens,
+            )
 
     def push_weights(self, step: int) -> dict[str, float]:
         """Save the adapter and load it into the engine (merged or hot-loaded, per the engine's mode).
@@ -278,7 +336,11 @@ class TrainingSession:
         from lightning_sdk.training.lora import save_adapter
 
         started = time.perf_counter()
-        folder = self.adapter_dir if self.distributed.is_main else self.run_dir / f"adapter-rank{self.distributed.rank}"
+        folder = (
+            self.adapter_dir
+            if self.distributed.is_main
+            else self.run_dir / f"adapter-rank{self.distributed.rank}"
+        )
         save_adapter(self.distributed.unwrap(self.policy_model), folder)
         self.engine.load_adapter(folder, version=step)
         return {"time_weight_sync_s": time.perf_counter() - started}
@@ -296,8 +358,15 @@ class TrainingSession:
         from lightning_sdk.training.checkpoint import save_checkpoint
 
         if self.distributed.is_main:
-            save_checkpoint(self.run_dir, step, self.distributed.unwrap(self.policy_model), self.optimizer,
-                            self.scheduler, {"data": cursor.state()}, keep=self.config.keep_checkpoints)  # fmt: skip
+            save_checkpoint(
+                self.run_dir,
+                step,
+                self.distributed.unwrap(self.policy_model),
+                self.optimizer,
+                self.scheduler,
+                {"data": cursor.state()},
+                keep=self.config.keep_checkpoints,
+            )
         self.distributed.barrier()
 
     def restore(self, cursor: TaskCursor) -> int:
@@ -308,20 +377,28 @@ class TrainingSession:
         if checkpoint is None:
             log.warning("resume=True but %s has no checkpoint yet; starting from step 0", self.run_dir)
             return 0
-        state = load_checkpoint(checkpoint, self.distributed.unwrap(self.policy_model), self.optimizer,
-                                self.scheduler)  # fmt: skip
+        state = load_checkpoint(
+            checkpoint, self.distributed.unwrap(self.policy_model), self.optimizer, self.scheduler
+        )
         cursor.restore(state["data"])
         step = int(state["step"])
         if self.episodes is not None:  # episodes the killed run stored for steps it will now redo
             dropped = self.episodes.discard_steps_after(self.run_dir.name, step)
             if dropped:
-                log.info("dropped %d episodes of steps after %d, stored before the run stopped", dropped, step)
+                log.info(
+                    "dropped %d episodes of steps after %d, stored before the run stopped", dropped, step
+                )
         if self.metrics is not None:  # drop records written after the checkpoint by the killed run
             from lightning_sdk.training.metrics import MetricsWriter
 
             self.metrics.close()
-            self.metrics = MetricsWriter(self.run_dir, self.config.report_to, self.config.to_dict(),
-                                         resume_step=step, wandb_project=self.config.wandb_project)  # fmt: skip
+            self.metrics = MetricsWriter(
+                self.run_dir,
+                self.config.report_to,
+                self.config.to_dict(),
+                resume_step=step,
+                wandb_project=self.config.wandb_project,
+            )
         self.push_weights(step)
         log.info("resumed from %s (step %d)", checkpoint, step)
         return step
@@ -339,7 +416,9 @@ class TrainingSession:
             return {}
         for rollout in rollouts:
             rollout.episode.run_id = self.run_dir.name
-            rollout.episode.metadata.update(step=step, task_index=rollout.task_index, sample=rollout.sample_index)
+            rollout.episode.metadata.update(
+                step=step, task_index=rollout.task_index, sample=rollout.sample_index
+            )
         if self.store_full:
             return {"episodes_not_stored": len(rollouts)}
         try:

@@ -108,11 +108,16 @@ def train_on_samples(
                     batch.loss_mask, options.normalization, num_sequences, num_tokens, options.dr_grpo_length
                 )
                 loss, stats = policy_loss(
-                    logprobs, old_logprobs, batch.advantages, weights, options,
+                    logprobs,
+                    old_logprobs,
+                    batch.advantages,
+                    weights,
+                    options,
                     sampling_logprobs=batch.sampling_logprobs,
                     has_sampling_logprobs=batch.has_sampling_logprobs,
-                    ref_logprobs=reference, entropy=entropy,
-                )  # fmt: skip
+                    ref_logprobs=reference,
+                    entropy=entropy,
+                )
                 loss.backward()  # type: ignore[no-untyped-call]
             totals.add(stats)
         max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf

@@ -100,7 +100,9 @@ class Trainer:
         if agent is None and self.config.runners is None:
             raise TypeError("agent must be your @trace_agent function (None only with runners configured).")
         if agent is not None and not callable(agent):
-            raise TypeError(f"agent must be callable (your @trace_agent function), got {type(agent).__name__}.")
+            raise TypeError(
+                f"agent must be callable (your @trace_agent function), got {type(agent).__name__}."
+            )
         if reward is not None and not callable(reward):
             raise TypeError("reward must be a function fn(task, output) -> float, or None.")
         config = self.config
@@ -143,7 +145,12 @@ class _Loop:
         reward: Callable[[Any, Any], float] | None,
         resume: bool,
     ) -> None:
-        self.session, self.agent, self.val_tasks, self.reward = session, session.traced(agent), val_tasks, reward
+        self.session, self.agent, self.val_tasks, self.reward = (
+            session,
+            session.traced(agent),
+            val_tasks,
+            reward,
+        )
         session.use_runners(agent)
         config = session.config
         self.config = config

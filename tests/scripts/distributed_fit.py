@@ -28,8 +28,17 @@ def solver(task: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    config = ls.TrainerConfig(group_size=4, batch_size=1, max_steps=2, max_tokens=6, learning_rate=1e-3,
-                              save_every=1, eval_every=0, run_dir=sys.argv[1], progress_bar=False,
-                              weight_sync=sys.argv[3] if len(sys.argv) > 3 else "auto")  # fmt: skip
+    config = ls.TrainerConfig(
+        group_size=4,
+        batch_size=1,
+        max_steps=2,
+        max_tokens=6,
+        learning_rate=1e-3,
+        save_every=1,
+        eval_every=0,
+        run_dir=sys.argv[1],
+        progress_bar=False,
+        weight_sync=sys.argv[3] if len(sys.argv) > 3 else "auto",
+    )
     tasks = [{"question": f"Name a fruit, number {i}."} for i in range(8)]
     ls.Trainer(config=config, engine=sys.argv[2], engine_options={"max_model_len": 512}).fit(solver, tasks)
