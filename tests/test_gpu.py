@@ -49,7 +49,7 @@ def test_engine_on_one_gpu_sleeps_takes_new_weights_and_wakes(
     assert report["after_full_weights"] == report["base"]
 
 
-@pytest.mark.parametrize("weight_sync", ["merged", "lora"])
+@pytest.mark.parametrize("weight_sync", ["merge", "lora"])
 def test_two_training_steps_on_one_gpu(tmp_path: Path, weight_sync: str) -> None:
     run_dir = tmp_path / "run"
     run_script("distributed_fit.py", str(run_dir), "vllm", weight_sync)

@@ -40,7 +40,7 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
         ({"temperature": 0.0}, "temperature 0 is greedy"),
         ({"top_p": 0.0}, "top_p=0.0 must be in (0, 1]"),
         ({"on_error": "skip"}, "on_error='skip' is not one of ['drop', 'zero']"),
-        ({"credit": "uniform"}, "credit='uniform' is unknown"),
+        ({"credit": "uniform"}, "credit='uniform' is unknown; set one of 'equal', 'last', 'discounted' or"),
         ({"credit": "discounted", "gamma": 0.0}, "gamma=0.0 must be in (0, 1]"),
         ({"train_agents": "planner("}, "is not a valid regular expression"),
         ({"train_agents": []}, "non-empty list of agent names"),
@@ -53,8 +53,9 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
         ({"max_grad_norm": 0.0}, "max_grad_norm=0.0 must be a positive number"),
         ({"lora_target_modules": []}, "lora_target_modules must be 'all-linear' or a non-empty list"),
         ({"lora_dropout": 1.0}, "lora_dropout=1.0 must be in [0, 1)"),
-        ({"weight_sync": "nccl"}, "weight_sync='nccl' is not one of"),
-        ({"report_to": ["mlflow"]}, "report_to has unknown backend(s) ['mlflow']"),
+        ({"weight_sync": "nccl"}, "weight_sync='nccl' is not one of ['auto', 'merge', 'lora']"),
+        ({"upstream_base_url": "api.openai.com/v1"}, "must be an http(s) base URL ending in /v1"),
+        ({"report_to": ["mlflow"]}, "report_to has unknown backend(s) ['mlflow']; use 'tensorboard' and/or"),
         ({"dr_grpo_length": 0}, "dr_grpo_length=0 must be a positive integer"),
         ({"keep_checkpoints": 0}, "resuming needs the newest checkpoint"),
         ({"dtype": "int8"}, "dtype='int8' is not one of"),
@@ -83,3 +84,10 @@ def test_good_alternatives_are_accepted():
         report_to=("tensorboard", "wandb"),
     )
     assert config.lora_target_modules == "all-linear"
+
+
+def test_the_old_spelling_merged_still_works_and_says_the_new_one():
+    # Runs saved before the rename keep resuming; the engine and the config now spell it the same.
+    with pytest.warns(DeprecationWarning, match='"merge"'):
+        config = TrainerConfig(weight_sync="merged")
+    assert config.weight_sync == "merge"

@@ -6,6 +6,7 @@ matters and what to set instead, so a run never fails an hour in because of a ty
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -166,8 +167,8 @@ class TrainerConfig:
     run_dir: str | None = None
     """Folder of checkpoints, metrics and reports; `None` makes `runs/<date-time>` in the working
     directory."""
-    weight_sync: Literal["auto", "merged", "lora"] = "auto"
-    """How new weights reach the engine: `"merged"` reloads merged weights in place (fast generation),
+    weight_sync: Literal["auto", "merge", "lora"] = "auto"
+    """How new weights reach the engine: `"merge"` reloads merged weights in place (fast generation),
     `"lora"` loads the adapter (fast push, slow CPU kernels), `"auto"` picks the faster for the device."""
     episode_store_max_mb: float | None = 10240.0
     """Size limit of `run_dir/episodes.sqlite`, where every rollout's episode is kept for reports and
@@ -181,6 +182,13 @@ class TrainerConfig:
     """Show a live progress line with step, reward and speed."""
 
     def __post_init__(self) -> None:
+        if self.weight_sync == "merged":  # type: ignore[comparison-overlap]  # the name before 0.2
+            warnings.warn(
+                'weight_sync="merged" is now spelt "merge", as in VLLMEngine.',
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            self.weight_sync = "merge"
         self.lora_target_modules = _normalise_target_modules(self.lora_target_modules)
         self.report_to = tuple(self.report_to)
         if isinstance(self.train_agents, (list, tuple, set, frozenset)):

@@ -1,13 +1,19 @@
-"""Validation of `TrainerConfig`: each check returns what is wrong, why, and what to set, or None."""
+"""Validation of `TrainerConfig`: each check returns what is wrong, why, and what to set, or None.
+
+The allowed values of a field are those of the `Literal` in its annotation (`allowed_values`): written once,
+in `config.py`, where readers and type checkers see them.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+import typing
+from collections.abc import Callable
+from typing import Any, Literal
 
-__all__ = ["config_problem"]
+__all__ = ["allowed_values", "config_problem"]
 
 Check = Callable[[Any], "str | None"]
 
@@ -21,9 +27,22 @@ def config_problem(config: Any) -> str | None:
     return None
 
 
-def _choice(name: str, options: Sequence[str]) -> Callable[[Any], str | None]:
+def allowed_values(cls: type, name: str) -> tuple[str, ...]:
+    """The values of the `Literal`s in the annotation of field `name` of `cls` (also inside a union or a
+    sequence: `CreditRule | Callable`, `Sequence[Literal[...]]`)."""
+    return _literal_values(typing.get_type_hints(cls)[name])
+
+
+@functools.cache
+def _literal_values(hint: Any) -> tuple[str, ...]:
+    if typing.get_origin(hint) is Literal:
+        return tuple(typing.get_args(hint))
+    return tuple(value for part in typing.get_args(hint) for value in _literal_values(part))
+
+
+def _choice(name: str) -> Callable[[Any], str | None]:
     def check(config: Any) -> str | None:
-        value = getattr(config, name)
+        value, options = getattr(config, name), allowed_values(type(config), name)
         if value not in options:
             return f"{name}={value!r} is not one of {list(options)}; set {name} to one of them."
         return None
@@ -123,9 +142,10 @@ def _check_importance_cap(config: Any) -> str | None:
 def _check_credit(config: Any) -> str | None:
     if callable(config.credit):
         return None
-    if config.credit not in ("equal", "last", "discounted"):
+    rules = allowed_values(type(config), "credit")
+    if config.credit not in rules:
         return (
-            f"credit={config.credit!r} is unknown; set 'equal', 'last', 'discounted' or a function "
+            f"credit={config.credit!r} is unknown; set one of {', '.join(map(repr, rules))} or a function "
             "fn(episode, calls) -> list of rewards (one per call, None to leave a call untrained)."
         )
     if not 0 < config.gamma <= 1:
@@ -164,9 +184,10 @@ def _check_lora(config: Any) -> str | None:
 
 
 def _check_report_to(config: Any) -> str | None:
-    unknown = [name for name in config.report_to if name not in ("tensorboard", "wandb")]
+    backends = allowed_values(type(config), "report_to")
+    unknown = [name for name in config.report_to if name not in backends]
     if unknown:
-        return f"report_to has unknown backend(s) {unknown}; use 'tensorboard' and/or 'wandb'."
+        return f"report_to has unknown backend(s) {unknown}; use {' and/or '.join(map(repr, backends))}."
     return None
 
 
@@ -240,19 +261,19 @@ _CHECKS: list[Check] = [
     _at_least("kl_coef", 0, "a negative KL weight pushes the model away from the base model"),
     _at_least("advantage_eps", 0, "it is added to a standard deviation before dividing"),
     _check_sampling,
-    _choice("on_error", ("drop", "zero")),
+    _choice("on_error"),
     _check_credit,
     _check_train_agents,
-    _choice("mode", ("transition", "trajectory")),
-    _choice("loss_normalization", ("grpo", "dapo", "dr_grpo")),
+    _choice("mode"),
+    _choice("loss_normalization"),
     _check_dr_grpo_length,
     _check_clipping,
     _check_importance_cap,
     _check_grad_norm,
     _check_lora,
-    _choice("dtype", ("auto", "float32", "bfloat16", "float16")),
-    _choice("lr_schedule", ("constant", "linear", "cosine")),
-    _choice("weight_sync", ("auto", "merged", "lora")),
+    _choice("dtype"),
+    _choice("lr_schedule"),
+    _choice("weight_sync"),
     _check_report_to,
     _check_runners,
     _check_upstream,

@@ -23,9 +23,10 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.training.config import CreditRule
 
 __all__ = [
     "AgentFilter",
@@ -81,7 +82,7 @@ def assign_credit(
         return [None] * (len(calls) - 1) + [total + steps[-1]]
     if rule == "discounted":
         return list[float | None](_reward_to_go(steps, total, gamma))
-    raise ValueError(f"Unknown credit rule {rule!r}; use 'equal', 'last', 'discounted' or a callable.")
+    raise ValueError(f"Unknown credit rule {rule!r}; use one of {get_args(CreditRule)} or a callable.")
 
 
 def _step_reward(call: LLMCall) -> float:

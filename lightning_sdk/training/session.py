@@ -91,7 +91,7 @@ class TrainingSession:
             log.info("starting the %s engine on %s", engine_kind, resolved.name)
             options = {"seed": config.seed + distributed.rank, **engine_options}
             if config.weight_sync != "auto":
-                options.setdefault("weight_sync", "merge" if config.weight_sync == "merged" else "lora")
+                options.setdefault("weight_sync", config.weight_sync)  # the engine's names
             engine = create_engine(resolved, engine=engine_kind, **options)
         else:  # an Engine the caller built and keeps (shared between runs, e.g. in tests or notebooks)
             engine, resolved = engine_kind, engine_kind.model

@@ -1,6 +1,6 @@
 """Run by tests/test_trainer_distributed.py under `torchrun --nproc-per-node 2`: a 2-step fit with gloo (or
 NCCL on GPUs); run alone, the same fit in one process. Arguments: the run folder, the engine ("transformers"
-or "vllm") and optionally the weight sync ("merged" or "lora")."""
+or "vllm") and optionally the weight sync ("merge" or "lora")."""
 
 from __future__ import annotations
 
