@@ -33,7 +33,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from lightning_sdk.integrations._autogen_records import openai_messages, openai_tools, response_fields
 from lightning_sdk.tracing.context import call_attributes, current_episode, record_call
 from lightning_sdk.tracing.episode import LLMCall, new_id
-from lightning_sdk.tracing.errors import report_internal_error
+from lightning_sdk.tracing.errors import never_break_the_agent
 
 __all__ = ["CALL_ID_KEY", "STEP_KEY", "instrument_autogen", "is_autogen_instrumented", "uninstrument_autogen"]
 
@@ -69,7 +69,7 @@ class _PendingCall:
 
     def settle(self, result: CreateResult | None, error: BaseException | None) -> None:
         """Record the call ourselves unless the openai capture recorded it inside our scope."""
-        try:
+        with never_break_the_agent("recording an AutoGen model call"):
             if self.episode is None or linked_calls(self.episode, CALL_ID_KEY, self.link):
                 return
             fields = (
@@ -86,8 +86,6 @@ class _PendingCall:
                 **fields,
             )
             record_call(call, episode=self.episode, attributes=self.attributes)
-        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-            report_internal_error("recording an AutoGen model call")
 
 
 class _AgentModelClient:

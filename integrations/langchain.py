@@ -43,7 +43,7 @@ from lightning_sdk.tracing.context import (
     record_call,
 )
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.tracing.errors import report_internal_error
+from lightning_sdk.tracing.errors import never_break_the_agent
 
 __all__ = [
     "AGENT_TAG_PREFIX",
@@ -117,7 +117,7 @@ class LightningCallbackHandler(BaseCallbackHandler):
     # Our start callback opens the `call_attributes` scope the openai request runs in, so it must run
     # in the caller's context: inline, not in a thread pool (which async callback managers use otherwise).
     run_inline = True
-    # Internal errors are already logged and swallowed by `report_internal_error`, except under pytest,
+    # Internal errors are already logged and swallowed by `never_break_the_agent`, except under pytest,
     # where they re-raise; raise_error lets such a failure reach the test instead of a LangChain log line.
     raise_error = True
 
@@ -149,10 +149,8 @@ class LightningCallbackHandler(BaseCallbackHandler):
 
     @staticmethod
     def _guarded(what: str, step: Any, *args: Any) -> None:
-        try:
+        with never_break_the_agent(what):
             step(*args)
-        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-            report_internal_error(what)
 
     def _start(
         self, run_id: UUID, messages: list[Any] | None, prompt: str | None, kwargs: dict[str, Any]

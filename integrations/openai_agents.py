@@ -53,7 +53,7 @@ from lightning_sdk.tracing.context import (
     record_call,
 )
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.tracing.errors import report_internal_error
+from lightning_sdk.tracing.errors import never_break_the_agent
 from lightning_sdk.tracing.openai_responses import calls_from_responses_api, responses_request_record
 
 __all__ = [
@@ -90,10 +90,8 @@ class _AgentAttribution(TracingProcessor):
 
     def on_trace_start(self, trace: Trace) -> None:
         if self.enabled:
-            try:
+            with never_break_the_agent("renewing the Agents SDK's HTTP client"):
                 _fresh_http_client_per_loop()
-            except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-                report_internal_error("renewing the Agents SDK's HTTP client")
 
     def on_trace_end(self, trace: Trace) -> None:
         return
@@ -101,16 +99,12 @@ class _AgentAttribution(TracingProcessor):
     def on_span_start(self, span: Span[Any]) -> None:
         if not self.enabled:
             return
-        try:
+        with never_break_the_agent("starting an Agents SDK span"):
             self._start(span)
-        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-            report_internal_error("starting an Agents SDK span")
 
     def on_span_end(self, span: Span[Any]) -> None:
-        try:
+        with never_break_the_agent("ending an Agents SDK span"):
             self._end(span)
-        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-            report_internal_error("ending an Agents SDK span")
 
     def shutdown(self) -> None:
         return

@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 from lightning_sdk.tracing.config import current_settings
 from lightning_sdk.tracing.context import current_episode, episode_scope, notify_finished
 from lightning_sdk.tracing.episode import Episode
-from lightning_sdk.tracing.errors import report_internal_error
+from lightning_sdk.tracing.errors import never_break_the_agent
 from lightning_sdk.tracing.jsonable import jsonable
 from lightning_sdk.tracing.openai_capture import ensure_openai_instrumented
 from lightning_sdk.tracing.rewards import emit_reward, reward
@@ -57,12 +57,10 @@ def _traced(fn: Callable[P, R], name: str | None) -> Callable[P, R]:
     task_of = _task_reader(fn)
 
     def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _AgentRun | None:
-        try:
+        with never_break_the_agent(f"starting an episode of {agent_name}"):
             ensure_openai_instrumented()
             return _AgentRun(agent_name, task_of(args, kwargs))
-        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-            report_internal_error(f"starting an episode of {agent_name}")
-            return None
+        return None
 
     # A callable object is an async/generator agent when its __call__ is one.
     kind = fn if inspect.isroutine(fn) or isinstance(fn, functools.partial) else type(fn).__call__
@@ -118,7 +116,7 @@ class _AgentRun:
     def finish(
         self, output: Any = None, error: BaseException | None = None, closed_early: bool = False
     ) -> None:
-        try:
+        with never_break_the_agent(f"finishing episode {self.episode.id}"):
             episode = self.episode
             episode.output = jsonable(output)
             if error is not None:
@@ -132,8 +130,6 @@ class _AgentRun:
             episode.ended_at = time.time()
             if self.parent is None:
                 notify_finished(episode)
-        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-            report_internal_error(f"finishing episode {self.episode.id}")
 
 
 Starter = Callable[[tuple[Any, ...], dict[str, Any]], _AgentRun | None]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["logger", "report_internal_error"]
+__all__ = ["logger", "never_break_the_agent", "report_internal_error"]
 
 logger = logging.getLogger("lightning_sdk")
 
@@ -19,3 +21,17 @@ def report_internal_error(what: str) -> None:
     if os.environ.get("PYTEST_CURRENT_TEST") and not os.environ.get("LIGHTNING_SDK_TOLERATE_INTERNAL_ERRORS"):
         raise
     logger.exception("lightning-sdk: internal error while %s; the agent goes on unrecorded here", what)
+
+
+@contextmanager
+def never_break_the_agent(what: str) -> Iterator[None]:
+    """Run the block as recording work: if it raises, that is our failure, not the agent's, so it is logged
+    (`report_internal_error`, which re-raises under pytest) and the agent goes on.
+
+        with never_break_the_agent("recording an openai call"):
+            ...
+    """
+    try:
+        yield
+    except Exception:  # noqa: BLE001 - the rule itself: a recording failure never reaches the user's agent
+        report_internal_error(what)

@@ -22,7 +22,7 @@ from typing import Any
 
 from lightning_sdk.tracing.context import current_call_attributes, current_episode, record_call
 from lightning_sdk.tracing.episode import LLMCall
-from lightning_sdk.tracing.errors import report_internal_error
+from lightning_sdk.tracing.errors import never_break_the_agent
 from lightning_sdk.tracing.openai_calls import calls_from_response, failed_call, request_record
 from lightning_sdk.tracing.openai_responses import calls_from_responses_api, responses_request_record
 from lightning_sdk.tracing.openai_streams import tap_async_stream, tap_stream
@@ -103,10 +103,8 @@ def set_auto_instrument(enabled: bool) -> None:
 def ensure_openai_instrumented() -> None:
     """Called by traced agents: instrument once, unless the user turned automatic capture off."""
     if _auto_instrument and not _originals:
-        try:
+        with never_break_the_agent("instrumenting openai"):
             instrument_openai()
-        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-            report_internal_error("instrumenting openai")
 
 
 def _warn_if_unsupported(version: str) -> None:
@@ -200,12 +198,10 @@ def _async_request(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _start(client: Any, options: Any) -> _Recording | None:
-    try:
+    with never_break_the_agent("reading an openai request"):
         kind = _endpoint_kind(options)
         return _Recording(kind, client, options) if kind else None
-    except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-        report_internal_error("reading an openai request")
-        return None
+    return None
 
 
 class _Recording:
@@ -226,10 +222,8 @@ class _Recording:
 
     @staticmethod
     def guarded(step: Callable[..., Any], *args: Any) -> None:
-        try:
+        with never_break_the_agent("recording an openai call"):
             step(*args)
-        except Exception:  # noqa: BLE001 - never break the agent; report_internal_error logs (raises in tests)
-            report_internal_error("recording an openai call")
 
     def record(self, calls: list[LLMCall]) -> None:
         if self.recorded:
