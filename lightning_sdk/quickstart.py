@@ -3,7 +3,8 @@
 `lightning-sdk quickstart` (and `make demo`) runs `examples/calc_autogen` with a short configuration
 that fits in about ten minutes on two CPU cores, engine start and both evaluations included, and prints
 the held-out reward of the base model and of the trained one. The agent is ordinary AutoGen code with
-the two decorators (see `lightning_sdk/examples/calc_autogen/agent.py`).
+the two decorators (see `examples/calc_autogen/agent.py`, installed as
+`lightning_sdk.examples.calc_autogen.agent`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ __all__ = ["QUICKSTART", "run_quickstart"]
 
 QUICKSTART: dict[str, Any] = {"steps": 12, "test_size": 48, "eval_every": 0, "max_time_s": 390.0}
 """The short configuration: fewer steps and held-out problems than the example's own defaults and no
-evaluation between the first and the last. Measured on a 2-core machine with no other run going (2026-11-22):
-12 steps of 8-19 s, 3.5 minutes in all with engine start and both evaluations, held-out reward 0.000 -> 0.562.
-`max_time_s` ends training earlier on a busy machine, so the whole run stays within about ten minutes."""
+evaluation between the first and the last. `max_time_s` ends training earlier on a busy machine, so the
+whole run stays within about ten minutes on two CPU cores. Timings and results are measured in
+`benchmarks/` (docs/benchmarks.md), not here, where they would go stale."""
 
 _INSTALL_HINT = (
     "The quickstart trains an AutoGen agent, but AutoGen is not installed ({error}). "

@@ -1,6 +1,6 @@
 """From a step's episodes to training samples: error policy, call selection, credit, advantages, samples.
 
-This is the paragraph of ARCHITECTURE.md between rollout and train, as one function over plain data:
+These are the stages of docs/training.md between rollout and update, as one function over plain data:
 
     prepared = prepare_samples(groups, config, endpoint_base_url=..., model=...)
     stats = train_on_samples(model, optimizer, scheduler, prepared.samples, config, pad_token_id)

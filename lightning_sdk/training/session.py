@@ -1,7 +1,7 @@
 """`TrainingSession`: everything one training run holds (engine, endpoint, policy model, optimizer,
 metrics) and the phase switches between rollout, training and weight sync.
 
-The loop in `trainer.py` reads like the paragraph in ARCHITECTURE.md because the stateful parts live here.
+The loop in `trainer.py` reads as a list of stages because the stateful parts live here.
 """
 
 from __future__ import annotations

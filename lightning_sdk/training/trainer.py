@@ -1,8 +1,9 @@
 """`Trainer.fit`: rollouts on the co-located engine alternate with LoRA GRPO steps on the same machine.
 
-One step, as in ARCHITECTURE.md: the agent runs every task of the batch `group_size` times against the
-embedded endpoint; the engine sleeps; the episodes become samples (credit assignment, group-relative
-advantages, masks); the adapter takes a step; the new weights reach the engine before the next rollout.
+One step (docs/training.md describes each stage): the agent runs every task of the batch `group_size`
+times against the embedded endpoint; the engine sleeps; the episodes become samples (credit assignment,
+group-relative advantages, masks); the adapter takes a step; the new weights reach the engine before the
+next rollout.
 """
 
 from __future__ import annotations
