@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import PreTrainedModel
 
+    from lightning_sdk.training.config import TrainerConfig
+
 __all__ = [
     "ADAPTER_WEIGHTS_FILE",
     "build_lora_model",
@@ -61,7 +63,7 @@ def load_base_model(
     return model.to(device)  # type: ignore[arg-type,no-any-return]  # transformers types .to as taking a model
 
 
-def build_lora_model(base_model: PreTrainedModel, config: Any) -> PeftModel:
+def build_lora_model(base_model: PreTrainedModel, config: TrainerConfig) -> PeftModel:
     """Wrap `base_model` with a fresh LoRA adapter from a `TrainerConfig` (rank, alpha, dropout, targets).
 
     The LoRA `B` matrices start at zero (peft's default), so the wrapped model starts as the base model.
@@ -71,7 +73,7 @@ def build_lora_model(base_model: PreTrainedModel, config: Any) -> PeftModel:
     targets = config.lora_target_modules
     lora_config = LoraConfig(
         r=config.lora_rank,
-        lora_alpha=config.lora_alpha,
+        lora_alpha=config.lora_alpha,  # type: ignore[arg-type]  # peft annotates int; a float scale works
         lora_dropout=config.lora_dropout,
         target_modules=targets if isinstance(targets, str) else list(targets),
         task_type="CAUSAL_LM",

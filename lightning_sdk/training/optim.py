@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from lightning_sdk.training.config import TrainerConfig
 
 __all__ = ["build_optimizer", "build_scheduler", "lr_factor"]
 
 
-def build_optimizer(model: torch.nn.Module, config: Any) -> torch.optim.AdamW:
+def build_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW:
     """AdamW over the parameters that require a gradient (the LoRA matrices), from a `TrainerConfig`."""
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     if not parameters:
@@ -37,7 +40,9 @@ def lr_factor(step: int, warmup_steps: int, max_steps: int, schedule: str) -> fl
     raise ValueError(f"lr_schedule={schedule!r} is unknown; use 'constant', 'linear' or 'cosine'.")
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, config: Any) -> torch.optim.lr_scheduler.LambdaLR:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, config: TrainerConfig
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A `LambdaLR` that applies `lr_factor`; call `scheduler.step()` once per training step."""
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,

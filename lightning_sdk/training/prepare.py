@@ -11,12 +11,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.training.advantages import compute_advantages
 from lightning_sdk.training.credit import assign_credit, count_untrained_calls, select_trainable_calls
 from lightning_sdk.training.samples import Sample, build_samples
+
+if TYPE_CHECKING:
+    from lightning_sdk.training.config import TrainerConfig
 
 __all__ = ["PreparedBatch", "apply_error_policy", "episode_failed", "prepare_samples"]
 
@@ -65,7 +68,7 @@ def apply_error_policy(group: Sequence[Episode], on_error: str) -> tuple[list[Ep
 
 def prepare_samples(
     groups: Sequence[Sequence[Episode]],
-    config: Any,
+    config: TrainerConfig,
     endpoint_base_url: str | None = None,
     model: str | None = None,
 ) -> PreparedBatch:

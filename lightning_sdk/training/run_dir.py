@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_sdk.training.config import TrainerConfig
 
 __all__ = ["make_run_dir", "read_rank_info", "write_rank_info", "write_run_info"]
 
@@ -26,10 +29,12 @@ def make_run_dir(run_dir: str | Path | None) -> Path:
     return path.resolve()
 
 
-def write_run_info(run_dir: Path, config: Any, start_step: int, facts: dict[str, Any]) -> None:
+def write_run_info(run_dir: Path, config: TrainerConfig, start_step: int, facts: dict[str, Any]) -> None:
     """Write `run.json`: the configuration and what the run runs on (appended to on each resume)."""
     path = run_dir / RUN_INFO_FILE
-    info = json.loads(path.read_text()) if path.exists() else {"config": config.to_dict(), "starts": []}
+    info: dict[str, Any] = (
+        json.loads(path.read_text()) if path.exists() else {"config": config.to_dict(), "starts": []}
+    )
     info["starts"].append({"at": time.time(), "step": start_step, **facts})
     path.write_text(json.dumps(info, indent=2, default=str))
 

@@ -29,7 +29,11 @@ from lightning_sdk.training.rollout import Rollout
 from lightning_sdk.training.run_dir import write_rank_info
 
 if TYPE_CHECKING:
+    import torch
+
     from lightning_sdk.rollouts.queue import RolloutQueue
+    from lightning_sdk.serving.server import ServerHandle
+    from lightning_sdk.training.metrics import MetricsWriter
     from lightning_sdk.training.remote import RemoteRollouts
 
 __all__ = ["TrainingSession"]
@@ -44,12 +48,14 @@ class TrainingSession:
 
     config: TrainerConfig
     run_dir: Path
-    server: Any
+    server: ServerHandle
     policy_model: Any
-    optimizer: Any
-    scheduler: Any
+    """The LoRA model (a `peft.PeftModel`; under torchrun wrapped in `DistributedDataParallel`)."""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
     tokenizer: Any
-    metrics: Any
+    """The engine's Hugging Face tokenizer (slow or fast: transformers gives them no common type)."""
+    metrics: MetricsWriter | None
     episodes: EpisodeStore | None
     sampling: SamplingPolicy
     distributed: Distributed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import warnings
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -13,6 +13,9 @@ from torch.nn.parallel import DistributedDataParallel
 from lightning_sdk.training.batching import Batch, collate, micro_batches, token_logprobs
 from lightning_sdk.training.loss import LossOptions, LossStats, policy_loss, token_weights
 from lightning_sdk.training.samples import Sample
+
+if TYPE_CHECKING:
+    from lightning_sdk.training.config import TrainerConfig
 
 __all__ = ["split_mini_batches", "train_on_samples"]
 
@@ -52,7 +55,7 @@ def train_on_samples(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     samples: list[Sample],
-    config: Any,
+    config: TrainerConfig,
     pad_token_id: int = 0,
 ) -> dict[str, float]:
     """Train on one step's samples and return the step's statistics.
