@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lightning_sdk.engine.types import Engine
+from lightning_sdk.serving.chat_template import template_supports_tools
 from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext, run_engine
 from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.openapi import openapi_document
@@ -35,6 +36,7 @@ from lightning_sdk.serving.responses import (
 from lightning_sdk.serving.responses_api import install_responses_routes
 from lightning_sdk.serving.schemas import ChatRequest, CompletionRequest, requested_top_logprobs
 from lightning_sdk.serving.streaming import chat_events, completion_events, first_and_rest, merged_streams
+from lightning_sdk.serving.tool_parsers import HERMES, ToolCallParser, make_tool_parser
 from lightning_sdk.serving.upstream import Upstream
 
 __all__ = ["MODEL_ALIASES", "RouteInstaller", "create_app"]
@@ -55,13 +57,15 @@ def create_app(
     routes: Sequence[RouteInstaller] = (),
     upstream: Upstream | None = None,
     upstream_setting: str = SERVE_UPSTREAM_SETTING,
+    tool_parser: str = HERMES,
 ) -> FastAPI:
     """Build the app. `api_key=None` turns authentication off (for trusted local use only).
 
     `sampling_policy` lets the owner (the trainer) override every request's sampling between phases;
     `routes` add more routes behind the same key (the trainer's runner protocol). Other `/v1/...`
     requests go to `upstream` (`lightning_sdk.serving.passthrough`), or get a 404 that ends with
-    `upstream_setting`: how the owner names an upstream.
+    `upstream_setting`: how the owner names an upstream. `tool_parser` names the tool-call format the
+    model writes (`lightning_sdk.serving.tool_parsers`).
     """
     ctx = ServingContext(
         engine,
@@ -69,6 +73,7 @@ def create_app(
         model_name or engine.model.name,
         default_max_tokens,
         sampling_policy or SamplingPolicy(),
+        _tool_parser(tool_parser, engine.tokenizer),
     )
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
@@ -146,8 +151,7 @@ def install_chat_route(app: FastAPI, ctx: ServingContext) -> None:
                 tokenizer=ctx.tokenizer,
                 prompt_token_ids=prepared.prompt,
                 n=params.n,
-                tools_active=bool(prepared.tools),
-                assistant_prefix=prepared.prefix,
+                text_filter=prepared.text_filter if prepared.tools else None,
                 top_logprobs=prepared.top if prepared.want_logprobs else None,
                 include_usage=req.include_usage,
             )
@@ -229,3 +233,15 @@ def _prompt_ids(tokenizer: Any, prompt: Any) -> list[list[int]]:
             raise APIError.bad_request(f"prompt token ids must be between 0 and {vocab - 1}.", param="prompt")
         result.append(ids)
     return result
+
+
+def _tool_parser(name: str, tokenizer: Any) -> ToolCallParser:
+    """The parser called `name`; another format than Hermes needs a template that shows the model its tools
+    (for the others the server describes the tools in the Hermes format itself)."""
+    if name != HERMES and not template_supports_tools(tokenizer):
+        raise ValueError(
+            f"tool_parser={name!r}: this model's chat template does not render tools, so the server "
+            "tells the model about them in the Hermes format and reads Hermes calls. Use "
+            "tool_parser='hermes', or a model whose template renders tools in the format of the parser."
+        )
+    return make_tool_parser(name, tokenizer)

@@ -34,6 +34,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="Completion length when a request sets no max_tokens (default: rest of the context).",
     )
     parser.add_argument(
+        "--tool-parser",
+        default="hermes",
+        metavar="NAME",
+        help="Tool-call format the model writes: hermes (default) or a vLLM --tool-call-parser name such as "
+        "llama3_json, mistral or qwen3_xml (for models whose chat template renders tools).",
+    )
+    parser.add_argument(
         "--upstream",
         default=None,
         metavar="URL",
@@ -57,6 +64,7 @@ def run_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         default_max_tokens=args.max_tokens,
         upstream=args.upstream,
+        tool_parser=args.tool_parser,
         **options,
     )
     endpoint = handle.endpoint

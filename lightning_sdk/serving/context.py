@@ -29,8 +29,9 @@ from lightning_sdk.serving.schemas import (
     requested_top_logprobs,
     sampling_params,
 )
-from lightning_sdk.serving.tool_calls import ParsedOutput, parse_tool_calls, validate_tools
+from lightning_sdk.serving.tool_calls import ParsedOutput, ToolTextFilter, validate_tools
 from lightning_sdk.serving.tool_grammar import tool_grammar
+from lightning_sdk.serving.tool_parsers import HERMES, HermesParser, ToolCallParser
 
 __all__ = ["MODEL_ALIASES", "PreparedChat", "ServingContext", "run_engine"]
 
@@ -50,10 +51,18 @@ class PreparedChat:
     params: SamplingParams
     want_logprobs: bool
     top: int
+    parser: ToolCallParser = field(default_factory=HermesParser)
+    """How the completion's tool calls are read (the server's `tool_parser`)."""
 
     def parse(self, text: str) -> ParsedOutput:
         """The completion's text split into content and tool calls."""
-        return parse_tool_calls(self.prefix + text) if self.tools else ParsedOutput(text, [])
+        return self.parser.parse(self.prefix + text, self.tools) if self.tools else ParsedOutput(text, [])
+
+    def text_filter(self) -> ToolTextFilter:
+        """A stream's filter that holds back tool calls, already fed the forced opening of a call."""
+        text_filter = ToolTextFilter(lambda text: self.parser.parse(text, self.tools), self.parser.marker)
+        text_filter.feed(self.prefix)
+        return text_filter
 
 
 @dataclass
@@ -65,6 +74,7 @@ class ServingContext:
     served: str
     default_max_tokens: int | None = None
     policy: SamplingPolicy = field(default_factory=SamplingPolicy)
+    tool_parser: ToolCallParser = field(default_factory=HermesParser)
 
     @property
     def tokenizer(self) -> Any:
@@ -113,14 +123,23 @@ class ServingContext:
 
     def prepare_chat(self, req: ChatRequest) -> PreparedChat:
         tools = validate_tools(req.tools)  # checked even when tool_choice="none", as OpenAI does
+        hermes = self.tool_parser.name == HERMES
+        if not hermes and tools and req.tool_choice not in (None, "auto", "none"):
+            raise APIError.bad_request(
+                f"tool_choice={req.tool_choice!r} needs the server's default tool format (hermes); this "
+                f"server reads {self.tool_parser.name!r} calls. Send tool_choice 'auto' or 'none'.",
+                param="tool_choice",
+            )
         prefix = tool_choice_prefix(req.tool_choice, tools)
         if req.tool_choice == "none":
             tools = []  # the model is not told about them, so it cannot call one
         prompt = render_chat(self.tokenizer, req.messages, tools, prefix)
         want_logprobs, top = requested_top_logprobs(req)
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        params = self._constrain_tool_calls(self.params_for(req, len(prompt), top, limit), tools, req)
-        return PreparedChat(prompt, tools, prefix, params, want_logprobs, top)
+        params = self.params_for(req, len(prompt), top, limit)
+        if hermes:  # the grammar of strict tools writes the Hermes format
+            params = self._constrain_tool_calls(params, tools, req)
+        return PreparedChat(prompt, tools, prefix, params, want_logprobs, top, self.tool_parser)
 
     def _constrain_tool_calls(
         self, params: SamplingParams, tools: list[dict[str, Any]], req: ChatRequest

@@ -30,7 +30,7 @@ from lightning_sdk.serving.context import PreparedChat, ServingContext, run_engi
 from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.schemas import ChatRequest, parse_request
 from lightning_sdk.serving.streaming import first_and_rest
-from lightning_sdk.serving.tool_calls import ParsedOutput, ToolTextFilter
+from lightning_sdk.serving.tool_calls import ParsedOutput
 from lightning_sdk.tracing.responses_items import ResponsesInputError, chat_tools, input_messages
 
 __all__ = ["ResponsesRequest", "install_responses_routes", "to_chat_request"]
@@ -299,8 +299,7 @@ async def _events(
 
     yield emit("response.created", response=snapshot([], "in_progress"))
     yield emit("response.in_progress", response=snapshot([], "in_progress"))
-    text_filter = ToolTextFilter()
-    text_filter.feed(prepared.prefix)
+    text_filter = prepared.text_filter()
     message_id, streamed, finish = _Ids.item("msg"), "", None
     try:
         async for delta in deltas:

@@ -79,6 +79,7 @@ def start_server(
     routes: Sequence[RouteInstaller] = (),
     upstream: Upstream | None = None,
     upstream_setting: str | None = None,
+    tool_parser: str = "hermes",
 ) -> ServerHandle:
     """Serve an existing engine in a background thread and return once it accepts connections.
 
@@ -98,6 +99,8 @@ def start_server(
             (`lightning_sdk.serving.Upstream`); without one they get a 404 whose message ends with
             `upstream_setting`.
         upstream_setting: How the caller names an upstream (default: `serve(upstream=...)` and `--upstream`).
+        tool_parser: The tool-call format the model writes: `"hermes"` (default) or a vLLM parser name
+            (`lightning_sdk.serving.tool_parsers`).
     """
     import uvicorn
 
@@ -114,6 +117,7 @@ def start_server(
         routes=routes,
         upstream=upstream,
         upstream_setting=upstream_setting or SERVE_UPSTREAM_SETTING,
+        tool_parser=tool_parser,
     )
     sock = _listening_socket(host, port)
     config = uvicorn.Config(
@@ -154,6 +158,7 @@ def serve(
     block: bool = False,
     default_max_tokens: int | None = None,
     upstream: Upstream | str | None = None,
+    tool_parser: str = "hermes",
     **engine_options: Any,
 ) -> ServerHandle:
     """Serve a model (and optionally a trained LoRA adapter) through an OpenAI-compatible endpoint.
@@ -177,6 +182,8 @@ def serve(
         upstream: An OpenAI-compatible API for the requests this server does not serve (`/v1/embeddings`,
             ...): an `Upstream`, or a base URL whose key is read from `OPENAI_API_KEY`. Without one such
             requests get a 404 that says so.
+        tool_parser: The tool-call format the model writes: `"hermes"` (default; the bundled model's) or a
+            vLLM `--tool-call-parser` name such as `"llama3_json"`, `"mistral"`, `"qwen3_xml"`.
         engine_options: Passed to the engine (`max_model_len`, `dtype`, ...).
 
     Returns:
@@ -201,6 +208,7 @@ def serve(
             owns_engine=True,
             default_max_tokens=default_max_tokens,
             upstream=upstream,
+            tool_parser=tool_parser,
         )
     except BaseException:
         built.shutdown()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from lightning_sdk.engine.types import CompletionDelta, Engine, SamplingParams
@@ -51,15 +51,14 @@ async def chat_events(
     tokenizer: Any,
     prompt_token_ids: list[int],
     n: int,
-    tools_active: bool,
-    assistant_prefix: str,
+    text_filter: Callable[[], ToolTextFilter] | None,
     top_logprobs: int | None,
     include_usage: bool,
 ) -> AsyncIterator[str]:
-    """SSE chunks of a chat completion; `top_logprobs=None` leaves out the standard logprobs."""
-    filters = {index: ToolTextFilter() for index in range(n)}
-    for text_filter in filters.values():
-        text_filter.feed(assistant_prefix)  # the forced start of a tool call, already in the prompt
+    """SSE chunks of a chat completion; `top_logprobs=None` leaves out the standard logprobs.
+
+    With tools, `text_filter()` makes each choice's filter that holds back tool calls (`PreparedChat`)."""
+    filters = {index: text_filter() for index in range(n)} if text_filter is not None else {}
     first = [
         {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None} for i in range(n)
     ]
@@ -68,7 +67,7 @@ async def chat_events(
     try:
         async for delta in deltas:
             generated += len(delta.token_ids)
-            choice = _chat_delta(delta, filters[delta.index], tokenizer, tools_active, top_logprobs)
+            choice = _chat_delta(delta, filters.get(delta.index), tokenizer, top_logprobs)
             yield sse(chat_chunk(meta, [choice]))
     except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band, as OpenAI does
         yield _error_event(error)
@@ -80,15 +79,14 @@ async def chat_events(
 
 def _chat_delta(
     delta: CompletionDelta,
-    text_filter: ToolTextFilter,
+    text_filter: ToolTextFilter | None,
     tokenizer: Any,
-    tools_active: bool,
     top_logprobs: int | None,
 ) -> dict[str, Any]:
-    content = text_filter.feed(delta.text) if tools_active else delta.text
+    content = text_filter.feed(delta.text) if text_filter is not None else delta.text
     message: dict[str, Any] = {"content": content}
     tool_calls: list[dict[str, Any]] = []
-    if delta.finish_reason is not None and tools_active:
+    if delta.finish_reason is not None and text_filter is not None:
         rest, parsed = text_filter.finish()
         message["content"] = content + rest
         tool_calls = parsed.tool_calls

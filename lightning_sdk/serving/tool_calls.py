@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,25 +91,30 @@ def parse_tool_calls(text: str) -> ParsedOutput:
 class ToolTextFilter:
     """Streams the content part of a completion while holding back what may be a tool call.
 
-    Text after `<tool_call>` is not streamed as content; the calls are parsed from the whole text at the end
-    and sent in one delta.
+    Text after `marker` (`<tool_call>`) is not streamed as content; the calls are parsed from the whole text
+    at the end and sent in one delta. Without a marker (a format whose calls can start anywhere) nothing is
+    streamed before the end. `parse` reads the calls (default: the Hermes format).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, parse: Callable[[str], ParsedOutput] | None = None, marker: str | None = TOOL_CALL_START
+    ) -> None:
         self.text = ""
         self._sent = 0
-        self._in_call = False
+        self._in_call = marker is None
+        self._parse = parse or parse_tool_calls
+        self._marker = marker or ""
 
     def feed(self, new_text: str) -> str:
         """Add new text; return the content that is safe to stream now."""
         self.text += new_text
         if self._in_call:
             return ""
-        start = self.text.find(TOOL_CALL_START)
+        start = self.text.find(self._marker)
         if start >= 0:
             self._in_call = True
             return self._take(start)
-        return self._take(len(self.text) - _partial_tag_length(self.text))
+        return self._take(len(self.text) - _partial_tag_length(self.text, self._marker))
 
     def _take(self, end: int) -> str:
         chunk, self._sent = self.text[self._sent : end], max(self._sent, end)
@@ -116,14 +122,14 @@ class ToolTextFilter:
 
     def finish(self) -> tuple[str, ParsedOutput]:
         """At the end: content not yet streamed, and the parsed output of the whole text."""
-        parsed = parse_tool_calls(self.text)
+        parsed = self._parse(self.text)
         if parsed.tool_calls:
             return "", parsed
         return self._take(len(self.text)), parsed
 
 
-def _partial_tag_length(text: str) -> int:
-    for size in range(min(len(TOOL_CALL_START) - 1, len(text)), 0, -1):
-        if text.endswith(TOOL_CALL_START[:size]):
+def _partial_tag_length(text: str, marker: str) -> int:
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:size]):
             return size
     return 0

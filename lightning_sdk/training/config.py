@@ -100,6 +100,10 @@ class TrainerConfig:
     """Episodes running at the same time during a rollout."""
     episode_timeout_s: float = 300.0
     """Seconds one episode may run before it is cancelled and counted as failed."""
+    tool_parser: str = "hermes"
+    """The tool-call format the model writes and the endpoint reads: `"hermes"` (the bundled model's, and
+    the one the server can also constrain and force) or a vLLM `--tool-call-parser` name (`"llama3_json"`,
+    `"mistral"`, `"qwen3_xml"`, ...) for models whose chat template renders tools their own way."""
     upstream_base_url: str | None = None
     """Where the agent's OpenAI requests that the policy does not serve (`/v1/embeddings`, moderations,
     files, ...) go during training, passed through unchanged with the key in `upstream_api_key_env`.

@@ -113,6 +113,7 @@ class TrainingSession:
                 port=port,
                 upstream=_upstream(config),
                 upstream_setting=TRAINER_UPSTREAM_SETTING,
+                tool_parser=config.tool_parser,
             )
         except BaseException:
             if owns_engine:
