@@ -268,16 +268,19 @@ def test_sampling_policy_overrides_requests(vllm_engine) -> None:
         assert len(reply.choices[0].token_ids) == 9 or reply.choices[0].finish_reason == "stop"
 
         # Penalties are honoured when serving, and dropped while the trainer samples (no_penalties).
+        # The largest penalties over 32 tokens: each repeat lowers a token's logit by 2 more, which outweighs
+        # any margin the greedy choice has, whatever adapter an earlier test left on the shared engine (with
+        # 1.5/0.5 over 16 tokens one CI run's greedy answer came out unchanged).
         def greedy(**penalties: float) -> list[int]:
             reply = client.chat.completions.create(
-                model="anything", messages=REPEAT, max_tokens=16, temperature=0, **penalties
+                model="anything", messages=REPEAT, max_tokens=32, temperature=0, **penalties
             )
             return reply.choices[0].token_ids
 
         plain = greedy()
-        assert greedy(frequency_penalty=1.5, presence_penalty=0.5) != plain
+        assert greedy(frequency_penalty=2.0, presence_penalty=2.0) != plain
         policy.set(no_penalties=True)
-        assert greedy(frequency_penalty=1.5, presence_penalty=0.5) == plain
+        assert greedy(frequency_penalty=2.0, presence_penalty=2.0) == plain
 
 
 def test_adapter_update_reaches_http_clients_with_its_version(served_endpoint, lora_adapter_dir) -> None:

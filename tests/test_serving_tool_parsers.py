@@ -84,10 +84,9 @@ def test_what_only_the_hermes_format_can_do_is_refused_clearly(vllm_engine: Any,
     with pytest.raises(ValueError, match="does not render tools"):
         start_server(vllm_engine, tool_parser="mistral")
     # With a parser of another format, forcing a call (which writes a Hermes opening) is a 400.
-    vllm_engine.tokenizer.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]"]})
-    context = ServingContext(
-        vllm_engine, None, "m", tool_parser=make_tool_parser("mistral", vllm_engine.tokenizer)
-    )
+    # (The parser gets its own tokenizer with Mistral's token: the shared engine's tokenizer stays as it is.)
+    mistral = make_tool_parser("mistral", _tokenizer(bundled_model, ["[TOOL_CALLS]"]))
+    context = ServingContext(vllm_engine, None, "m", tool_parser=mistral)
     request = ChatRequest(
         model="m", messages=[{"role": "user", "content": "add"}], tools=[ADD], tool_choice="required"
     )
