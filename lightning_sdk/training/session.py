@@ -6,10 +6,8 @@ The loop in `trainer.py` reads as a list of stages because the stateful parts li
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
@@ -18,10 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning_sdk.serving.policy import SamplingPolicy
-from lightning_sdk.serving.upstream import Upstream
 from lightning_sdk.tracing.decorators import trace_agent
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
 from lightning_sdk.training.config import TrainerConfig
+from lightning_sdk.training.connections import (
+    TRAINER_UPSTREAM_SETTING,
+    remote_rollouts,
+    runner_protocol,
+    trainer_upstream,
+)
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.distributed import Distributed
 from lightning_sdk.training.event_loop import RunLoop
@@ -101,7 +104,7 @@ class TrainingSession:
             engine = create_engine(resolved, engine=engine_kind, **options)
         else:  # an Engine the caller built and keeps (shared between runs, e.g. in tests or notebooks)
             engine, resolved = engine_kind, engine_kind.model
-        queue, routes, host, port = _runner_protocol(config, distributed)
+        queue, routes, host, port = runner_protocol(config, distributed)
         try:
             sampling = SamplingPolicy(accept_any_model=True)
             server = start_server(
@@ -111,7 +114,7 @@ class TrainingSession:
                 routes=routes,
                 host=host,
                 port=port,
-                upstream=_upstream(config),
+                upstream=trainer_upstream(config),
                 upstream_setting=TRAINER_UPSTREAM_SETTING,
                 tool_parser=config.tool_parser,
             )
@@ -198,48 +201,9 @@ class TrainingSession:
     def use_runners(self, agent: Callable[..., Any] | None) -> None:
         """Send rollouts to runners (when `config.runners` is set): start the configured runner processes
         and say how to start more."""
-        runners = self.config.runners
-        if runners is None or self.queue is None:
+        if self.config.runners is None or self.queue is None:
             return
-        from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
-        from lightning_sdk.runner.agents import agent_reference
-        from lightning_sdk.training.remote import RemoteRollouts
-
-        reference = runners.agent or (agent_reference(agent) if agent is not None else None)
-        local_url = self.endpoint.base_url.removesuffix("/v1").replace("//0.0.0.0:", "//127.0.0.1:")
-        shown_url = (
-            local_url
-            if runners.host in ("127.0.0.1", "localhost")
-            else local_url.replace("127.0.0.1", socket.gethostname())
-        )
-        command = (
-            f"LIGHTNING_SDK_KEY={self.endpoint.api_key} lightning-sdk runner "
-            f"{reference or 'module:agent'} --trainer {shown_url}"
-        )
-        processes: Any = None
-        if runners.processes:
-            if reference is None:
-                raise ValueError("Runners(processes=...) needs the agent: pass it to fit or to Runners.")
-            launch = RunnerLaunch(
-                reference,
-                local_url,
-                self.endpoint.api_key,
-                runners.concurrency,
-                self.config.episode_timeout_s,
-            )
-            if runners.backend == "ray":
-                from lightning_sdk.rollouts.ray_runners import RayRunners, node_address
-
-                # Actors on other nodes reach the trainer at this node's cluster address (when it listens
-                # beyond the loopback interface).
-                if runners.host not in ("127.0.0.1", "localhost"):
-                    reachable = local_url.replace("127.0.0.1", node_address())
-                    launch = dataclasses.replace(launch, trainer_url=reachable)
-                processes = RayRunners(runners.processes, launch, runners.ray_address, runners.resources)
-            else:
-                processes = RunnerProcesses(runners.processes, launch)
-        log.info("rollouts run on runners; start one with: %s", command)
-        self.remote = RemoteRollouts(self.queue, self.endpoint.base_url, command, processes)
+        self.remote = remote_rollouts(self.config, self.endpoint, self.queue, agent)
 
     def rollouts(
         self,
@@ -461,37 +425,6 @@ class TrainingSession:
             self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()
         self.distributed.close()
-
-
-TRAINER_UPSTREAM_SETTING = (
-    "Set TrainerConfig(upstream_base_url=...) (its key is read from OPENAI_API_KEY), or start training where "
-    "OPENAI_BASE_URL or OPENAI_API_KEY names the API the agent uses without the trainer."
-)
-
-
-def _upstream(config: TrainerConfig) -> Upstream | None:
-    """The API that receives the agent's requests the policy does not serve (see `upstream_base_url`)."""
-    if config.upstream_base_url is not None:
-        return Upstream(config.upstream_base_url.rstrip("/"), os.environ.get(config.upstream_api_key_env))
-    upstream = Upstream.from_environment(key_variable=config.upstream_api_key_env)
-    if upstream is not None:
-        log.info("the agent's requests for other OpenAI routes pass through to %s", upstream.base_url)
-    return upstream
-
-
-def _runner_protocol(config: TrainerConfig, distributed: Distributed) -> tuple[Any, list[Any], str, int]:
-    """The runner protocol's queue and routes when `config.runners` asks for them, and where to listen."""
-    runners = config.runners
-    if runners is None:
-        return None, [], "127.0.0.1", 0
-    if distributed.world_size > 1:
-        raise ValueError("Runners are not supported under torchrun yet: use one process, or no runners.")
-    from lightning_sdk.rollouts.queue import RolloutQueue
-    from lightning_sdk.rollouts.routes import install_rollout_routes
-
-    queue = RolloutQueue(runners.lease_timeout_s, config.episode_timeout_s, runners.max_attempts)
-    routes = [lambda app, authorize: install_rollout_routes(app, authorize, queue)]
-    return queue, routes, runners.host, runners.port
 
 
 @contextmanager
