@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +97,17 @@ def test_fit_trains_and_writes_the_run(engine: Any, tmp_path: Path) -> None:
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
         stored = store.episodes()
     assert len(stored) == 16 and all(episode.trainable_calls() for episode in stored)
+    with ls.EpisodeStore(run_dir / "evaluations.sqlite") as store:
+        evaluated = store.episodes()
+    # The base model's evaluation (step 0) and the final one (step 2), each task once.
+    assert sorted((e.metadata["step"], e.task["id"]) for e in evaluated) == [
+        (step, task) for step in (0, 2) for task in range(4)
+    ]
 
     report = write_report(run_dir)
     page = report.read_text()
     assert "reward.png" in page and (run_dir / "reward.png").stat().st_size > 0
-    assert "Sample episodes" in page
+    assert "Sample episodes" in page and "Held-out episodes (last evaluation)" in page
 
 
 def test_resume_continues_at_the_next_step(engine: Any, tmp_path: Path) -> None:
@@ -240,6 +248,48 @@ def test_a_client_built_before_fit_is_named_in_a_warning(
     steps = [record for record in read_metrics(tmp_path / "run") if "reward_mean" in record]
     untrained = [(record["calls_untrained_other_endpoint"], record["calls_trained"]) for record in steps]
     assert untrained == [(8, 0), (8, 0)]
+
+
+@ls.reward
+def scripted(task: dict[str, Any], value: float) -> float:
+    return value
+
+
+def test_dynamic_sampling_replaces_groups_without_a_reward_spread(engine: Any, tmp_path: Path) -> None:
+    # "flat" tasks score 1 every time (no spread); the others score how often the task has run before,
+    # so each of their groups spreads whatever the model samples.
+    runs: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    @ls.trace_agent(name="solver")
+    def agent(task: dict[str, Any]) -> str:
+        answer = ask(task["question"])
+        with lock:
+            earlier = runs[task["id"]]
+            runs[task["id"]] += 1
+        scripted(task, 1.0 if task["flat"] else float(earlier))
+        return answer
+
+    flat = [True, True, False, False, True, False, False, True]  # the data order (shuffle=False)
+    tasks = [{**task, "flat": is_flat} for task, is_flat in zip(TASKS, flat, strict=True)]
+    run_dir = tmp_path / "run"
+    config = small_config(run_dir, group_size=2, dynamic_sampling_rounds=2, shuffle=False, save_every=0)
+    ls.Trainer(config=config, engine=engine).fit(agent, tasks)
+
+    steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    # Step 1: tasks 0-1 are flat, a second round runs tasks 2-3. Step 2: tasks 4-5 give one group with a
+    # spread, a second round (tasks 6-7) the other. Each step trains on two groups, both with a spread.
+    seen = [
+        (r["rollout_rounds"], r["groups_rolled_out"], r["groups_with_signal"], r["groups"]) for r in steps
+    ]
+    assert seen == [(2, 4, 2, 2), (2, 4, 2, 2)]
+    assert [record["groups_skipped_no_spread"] for record in steps] == [0, 0]
+    assert all(record["samples"] == 4 for record in steps)
+    assert steps[0]["reward_mean"] == pytest.approx((4 * 1.0 + 2 * (0.0 + 1.0)) / 8)  # every rollout counts
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        first_step = [e for e in store.episodes() if e.metadata["step"] == 1]
+    assert sorted(e.metadata["task_index"] for e in first_step) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sorted(e.task["id"] for e in first_step) == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
 def test_fit_rejects_bad_input_before_starting_an_engine(tmp_path: Path) -> None:

@@ -58,6 +58,11 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
         ({"report_to": ["mlflow"]}, "report_to has unknown backend(s) ['mlflow']; use 'tensorboard' and/or"),
         ({"dr_grpo_length": 0}, "dr_grpo_length=0 must be a positive integer"),
         ({"keep_checkpoints": 0}, "resuming needs the newest checkpoint"),
+        (
+            {"dynamic_sampling_rounds": -1},
+            "dynamic_sampling_rounds=-1 is too small: 0 turns dynamic sampling off",
+        ),
+        ({"dynamic_sampling_rounds": 1.5}, "dynamic_sampling_rounds=1.5 must be an integer"),
         ({"dtype": "int8"}, "dtype='int8' is not one of"),
         ({"max_sample_tokens": 1}, "max_sample_tokens=1 must be an integer >= 2"),
         ({"max_sample_tokens": 512.0}, "max_sample_tokens=512.0 must be an integer >= 2"),

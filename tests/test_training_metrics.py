@@ -60,6 +60,8 @@ def test_progress_line_shows_step_reward_and_speed():
     assert text.startswith("reward=0.125 ") and text.endswith("s/step") and "loss" not in text
     assert "1/10" in stream.getvalue()
     assert ProgressBar(total=3, enabled=False).update(1, {"val_reward_mean": 0.5}).startswith("val=0.500")
+    counts = {"reward_mean": 0.5, "groups_with_signal": 3, "groups_rolled_out": 8}
+    assert " signal=3/8 " in ProgressBar(total=3, enabled=False).update(1, counts)
 
 
 def test_evaluation_progress_counts_episodes_then_shows_the_result():

@@ -4,7 +4,7 @@ import pytest
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.training.config import TrainerConfig
-from lightning_sdk.training.prepare import apply_error_policy, prepare_samples
+from lightning_sdk.training.prepare import apply_error_policy, group_has_signal, prepare_samples
 
 ENDPOINT = "http://127.0.0.1:9000/v1"
 
@@ -92,3 +92,16 @@ def test_samples_longer_than_the_cap_are_left_out_and_counted(mode):
         groups, TrainerConfig(group_size=2, mode=mode, max_sample_tokens=None), ENDPOINT
     )
     assert uncapped.metrics["samples_dropped_too_long"] == 0 and max(len(s) for s in uncapped.samples) == 74
+
+
+def test_a_group_carries_a_signal_only_when_its_trained_returns_differ():
+    config = TrainerConfig(group_size=2)
+    crashed = episode(None, [call(1)], error={"type": "ValueError", "message": "", "traceback": ""})
+    assert group_has_signal([episode(1.0, [call(1)]), episode(0.0, [call(1)])], config, ENDPOINT)
+    assert not group_has_signal([episode(1.0, [call(1)]), episode(1.0, [call(1)])], config, ENDPOINT)
+    # Dropped on error, a crash leaves one episode: nothing to compare. Scored 0, it is the contrast.
+    assert not group_has_signal([episode(1.0, [call(1)]), crashed], config, ENDPOINT)
+    assert group_has_signal([episode(1.0, [call(1)]), crashed], TrainerConfig(on_error="zero"), ENDPOINT)
+    # Returns differ, but the better episode's only call went to another server: it is not trained.
+    other = episode(1.0, [call(1, base_url="https://api.openai.com/v1")])
+    assert not group_has_signal([other, episode(0.0, [call(1)])], config, ENDPOINT)

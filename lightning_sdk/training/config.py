@@ -115,6 +115,13 @@ class TrainerConfig:
     runners: Runners | None = None
     """Where the agent runs: `None` in this process (the default), or `Runners(...)`: in runner processes
     this trainer starts, or that you start on this or other machines (see `lightning_sdk.Runners`)."""
+    dynamic_sampling_rounds: int = 0
+    """Extra rollout rounds a step may run to replace groups that carry no learning signal (every
+    episode of the task scored the same, so GRPO has nothing to compare): each round runs the next
+    `batch_size` tasks, until `batch_size` groups with a reward spread are found (DAPO's dynamic
+    sampling). The step then trains on those groups only. 0 (the default) trains on the first round as it
+    comes. Each round costs a rollout; the metrics `groups_with_signal`, `groups_rolled_out` and
+    `rollout_rounds` show what it bought."""
     on_error: Literal["drop", "zero"] = "drop"
     """A failed or timed-out episode is dropped from its group (`"drop"`) or scored 0 (`"zero"`)."""
 

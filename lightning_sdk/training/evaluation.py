@@ -36,8 +36,9 @@ def evaluate_agent(
     tasks: list[Any],
     reward: Callable[[Any, Any], float] | None,
     on_finished: Callable[[Rollout], None] | None = None,
-) -> dict[str, float]:
-    """Run `agent` once on each task against the session's endpoint (the caller sets greedy sampling).
+) -> tuple[dict[str, float], list[Rollout]]:
+    """Run `agent` once on each task against the session's endpoint (the caller sets greedy sampling);
+    return the metrics (averaged over ranks) and this rank's rollouts.
 
     `on_finished` is called as each of this rank's episodes ends (e.g. to count them on screen).
     """
@@ -45,4 +46,4 @@ def evaluate_agent(
     metrics: dict[str, float] = session.distributed.mean_metrics(
         summarize_rollouts(rollouts, session.config.success_threshold)
     )
-    return metrics
+    return metrics, rollouts

@@ -190,6 +190,9 @@ class ProgressBar:
             value = metrics.get(key)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 parts.append(f"{label}={value:.3f}")
+        signal, rolled_out = metrics.get("groups_with_signal"), metrics.get("groups_rolled_out")
+        if isinstance(signal, int) and isinstance(rolled_out, int) and rolled_out:
+            parts.append(f"signal={signal}/{rolled_out}")  # groups GRPO could learn from
         parts.append(f"{seconds:.1f}s/step")
         text = " ".join(parts)
         if not self.enabled:

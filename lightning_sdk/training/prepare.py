@@ -14,14 +14,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lightning_sdk.tracing.episode import Episode
-from lightning_sdk.training.advantages import compute_advantages
+from lightning_sdk.training.advantages import compute_advantages, group_advantages
 from lightning_sdk.training.credit import assign_credit, count_untrained_calls, select_trainable_calls
 from lightning_sdk.training.samples import Sample, build_samples
 
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
 
-__all__ = ["PreparedBatch", "apply_error_policy", "episode_failed", "prepare_samples"]
+__all__ = [
+    "PreparedBatch",
+    "apply_error_policy",
+    "episode_failed",
+    "group_has_signal",
+    "prepare_samples",
+    "reward_stats",
+]
 
 
 @dataclass
@@ -66,6 +73,29 @@ def apply_error_policy(group: Sequence[Episode], on_error: str) -> tuple[list[Ep
     return kept, counts
 
 
+def group_has_signal(
+    group: Sequence[Episode],
+    config: TrainerConfig,
+    endpoint_base_url: str | None = None,
+    model: str | None = None,
+) -> bool:
+    """True when GRPO can learn from the group: after the error policy and credit assignment, at least
+    two episodes have trainable calls and their credited rewards differ (`prepare_samples` would give it
+    advantages). Under `on_error="zero"` failed episodes are scored 0 in place, as there."""
+    kept, _ = apply_error_policy(group, config.on_error)
+    rewards = [
+        assign_credit(
+            episode,
+            select_trainable_calls(episode, config.train_agents, endpoint_base_url, model),
+            config.credit,
+            config.gamma,
+        )
+        for episode in kept
+    ]
+    advantages, _ = group_advantages(rewards, scale=config.scale_advantages, eps=config.advantage_eps)
+    return advantages is not None
+
+
 def prepare_samples(
     groups: Sequence[Sequence[Episode]],
     config: TrainerConfig,
@@ -92,9 +122,7 @@ def prepare_samples(
             metrics[key] += value
         kept_groups.append(kept)
 
-    returns = [episode.reward for group in kept_groups for episode in group if episode.reward is not None]
-    metrics["reward_mean"] = math.fsum(returns) / len(returns) if returns else math.nan
-    metrics["reward_std"] = _std(returns)
+    metrics.update(reward_stats(kept_groups))
     for reason, count in count_untrained_calls(
         [episode for group in kept_groups for episode in group], config.train_agents, endpoint_base_url, model
     ).items():
@@ -117,12 +145,12 @@ def prepare_samples(
         metrics[f"groups_skipped_{reason}"] = advantages.skipped_groups.get(reason, 0)
 
     samples: list[Sample] = []
-    for group, group_calls, group_advantages in zip(
+    for group, group_calls, advantages_of_group in zip(
         kept_groups, selected, advantages.advantages, strict=True
     ):
-        if group_advantages is None:
+        if advantages_of_group is None:
             continue
-        for episode, calls, call_advantages in zip(group, group_calls, group_advantages, strict=True):
+        for episode, calls, call_advantages in zip(group, group_calls, advantages_of_group, strict=True):
             samples += build_samples(
                 calls, call_advantages, episode.id, config.mode, None, config.temperature
             )
@@ -143,6 +171,13 @@ def prepare_samples(
         for call in episode.all_calls()
     )
     return PreparedBatch(samples=samples, metrics=metrics)
+
+
+def reward_stats(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:
+    """`reward_mean` and `reward_std` over the returns of the groups' scored episodes (NaN for none)."""
+    returns = [episode.reward for group in groups for episode in group if episode.reward is not None]
+    mean = math.fsum(returns) / len(returns) if returns else math.nan
+    return {"reward_mean": mean, "reward_std": _std(returns)}
 
 
 def _within_cap(samples: list[Sample], max_tokens: int | None) -> tuple[list[Sample], int]:

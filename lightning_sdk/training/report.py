@@ -13,9 +13,11 @@ from lightning_sdk.tracing.store import EpisodeStore
 from lightning_sdk.training.metrics import read_metrics
 from lightning_sdk.training.run_dir import read_run_info
 
-__all__ = ["plot_curves", "write_report"]
+__all__ = ["moving_average", "plot_curves", "signal_share", "write_report"]
 
 REPORT_FILE = "report.html"
+MOVING_AVERAGE_STEPS = 5
+"""Window of the training reward's moving average: one step's mean over a few groups is noisy."""
 
 
 def plot_curves(history: list[dict[str, Any]], folder: Path) -> list[Path]:
@@ -25,18 +27,39 @@ def plot_curves(history: list[dict[str, Any]], folder: Path) -> list[Path]:
     matplotlib.use("Agg")  # files only; never open a window
     import matplotlib.pyplot as plt
 
+    reward = _series(history, "reward_mean")
+    figures: list[tuple[str, str, dict[str, list[tuple[int, float]]]]] = [
+        (
+            "reward.png",
+            "Training reward (mean over the step's episodes)",
+            {
+                "reward_mean": reward,
+                f"moving average ({MOVING_AVERAGE_STEPS} steps)": moving_average(
+                    reward, MOVING_AVERAGE_STEPS
+                ),
+            },
+        ),
+        (
+            "validation.png",
+            "Validation (held-out tasks)",
+            {key: _series(history, key) for key in ("val_reward", "val_success_rate")},
+        ),
+        (
+            "signal.png",
+            "Share of the step's groups that carried a learning signal",
+            {"groups with a reward spread": signal_share(history)},
+        ),
+    ]
     written = []
-    for name, keys, title in (
-        ("reward.png", ("reward_mean",), "Training reward (mean over the step's episodes)"),
-        ("validation.png", ("val_reward", "val_success_rate"), "Validation"),
-    ):
-        series = {key: _series(history, key) for key in keys}
+    for name, title, series in figures:
         if not any(points for points in series.values()):
             continue
         figure, axes = plt.subplots(figsize=(6.4, 3.6), dpi=100)
         for key, points in series.items():
             if points:
                 axes.plot(*zip(*points, strict=True), marker="o", markersize=3, label=key)
+        if name == "signal.png":
+            axes.set_ylim(-0.05, 1.05)
         axes.set_xlabel("step")
         axes.set_title(title)
         axes.grid(alpha=0.3)
@@ -53,6 +76,35 @@ def _series(history: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     return [(int(record["step"]), float(record[key])) for record in history if _finite(record.get(key))]
 
 
+def moving_average(points: list[tuple[int, float]], window: int) -> list[tuple[int, float]]:
+    """The trailing mean of the last `window` points at each point (fewer at the start)."""
+    averaged = []
+    for index, (step, _) in enumerate(points):
+        recent = [value for _, value in points[max(0, index - window + 1) : index + 1]]
+        averaged.append((step, math.fsum(recent) / len(recent)))
+    return averaged
+
+
+def signal_share(history: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """Per step, the share of rolled-out groups whose rewards differed (the ones GRPO learns from).
+
+    Uses `groups_with_signal / groups_rolled_out` when the run recorded them, else (older runs) the
+    groups that were not skipped."""
+    points = []
+    for record in history:
+        if _finite(record.get("groups_with_signal")) and record.get("groups_rolled_out"):
+            share = record["groups_with_signal"] / record["groups_rolled_out"]
+        elif record.get("groups"):
+            skipped = sum(
+                record.get(f"groups_skipped_{reason}") or 0 for reason in ("no_spread", "too_few_episodes")
+            )
+            share = (record["groups"] - skipped) / record["groups"]
+        else:
+            continue
+        points.append((int(record["step"]), float(share)))
+    return points
+
+
 def write_report(run_dir: str | Path, episodes_shown: int = 6) -> Path:
     """Write `run_dir/report.html` (with its PNGs beside it) and return its path."""
     run_dir = Path(run_dir)
@@ -62,7 +114,8 @@ def write_report(run_dir: str | Path, episodes_shown: int = 6) -> Path:
     if not history:
         raise FileNotFoundError(f"{run_dir} has no metrics.jsonl records yet; train for at least one step.")
     images = plot_curves(history, run_dir)
-    episodes = _sample_episodes(run_dir, episodes_shown)
+    episodes = _sample_episodes(run_dir / "episodes.sqlite", episodes_shown)
+    held_out = _sample_episodes(run_dir / "evaluations.sqlite", episodes_shown)
     info = read_run_info(run_dir)
     parts = [
         f"<h1>Training run {html.escape(run_dir.name)}</h1>",
@@ -70,6 +123,8 @@ def write_report(run_dir: str | Path, episodes_shown: int = 6) -> Path:
         *(f'<img src="{image.name}" alt="{image.stem}">' for image in images),
         "<h2>Sample episodes (last step)</h2>",
         *(_episode_html(episode) for episode in episodes),
+        *(["<h2>Held-out episodes (last evaluation)</h2>"] if held_out else []),
+        *(_episode_html(episode) for episode in held_out),
         "<h2>Configuration</h2>",
         f"<pre>{html.escape(json.dumps(info.get('config', {}), indent=2))}</pre>",
     ]
@@ -90,12 +145,18 @@ def _summary_table(history: list[dict[str, Any]]) -> str:
             )
         )
     if steps:
-        rows.append(
-            (
-                "training reward, first → last step",
-                f"{_number(steps[0]['reward_mean'])} → {_number(steps[-1]['reward_mean'])}",
+        averaged = moving_average(_series(history, "reward_mean"), MOVING_AVERAGE_STEPS)
+        if averaged:
+            rows.append(
+                (
+                    f"training reward, moving average of {MOVING_AVERAGE_STEPS} steps, first → last",
+                    f"{_number(averaged[0][1])} → {_number(averaged[-1][1])}",
+                )
             )
-        )
+        shares = signal_share(history)
+        if shares:
+            mean_share = math.fsum(share for _, share in shares) / len(shares)
+            rows.append(("groups with a learning signal (mean over steps)", f"{mean_share:.0%}"))
         seconds = [r["time_step_s"] for r in steps if "time_step_s" in r]
         if seconds:
             rows.append(("seconds per step (median)", f"{sorted(seconds)[len(seconds) // 2]:.1f}"))
@@ -112,8 +173,8 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
-def _sample_episodes(run_dir: Path, count: int) -> list[Episode]:
-    path = run_dir / "episodes.sqlite"
+def _sample_episodes(path: Path, count: int) -> list[Episode]:
+    """The best and worst episodes of the newest step stored in `path` (none when it does not exist)."""
     if not path.exists():
         return []
     with EpisodeStore(path) as store:

@@ -39,7 +39,9 @@ if TYPE_CHECKING:
     from lightning_sdk.training.metrics import MetricsWriter
     from lightning_sdk.training.remote import RemoteRollouts
 
-__all__ = ["TrainingSession"]
+__all__ = ["EVALUATIONS_FILE", "TrainingSession"]
+
+EVALUATIONS_FILE = "evaluations.sqlite"
 
 log = logging.getLogger("lightning_sdk.training")
 T = TypeVar("T")
@@ -60,6 +62,8 @@ class TrainingSession:
     """The engine's Hugging Face tokenizer (slow or fast: transformers gives them no common type)."""
     metrics: MetricsWriter | None
     episodes: EpisodeStore | None
+    evaluations: EpisodeStore | None
+    """`run_dir/evaluations.sqlite`: every validation episode, with the step it evaluated (rank 0)."""
     sampling: SamplingPolicy
     distributed: Distributed
     owns_engine: bool = True
@@ -134,12 +138,13 @@ class TrainingSession:
         optimizer = build_optimizer(policy, config)
         scheduler = build_scheduler(optimizer, config)
         metrics = None
-        episodes = None
+        episodes = evaluations = None
         if distributed.is_main:
             metrics = MetricsWriter(
                 run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project
             )
             episodes = EpisodeStore(run_dir / "episodes.sqlite", max_size_mb=config.episode_store_max_mb)
+            evaluations = EpisodeStore(run_dir / EVALUATIONS_FILE, max_size_mb=config.episode_store_max_mb)
         return cls(
             config,
             run_dir,
@@ -150,6 +155,7 @@ class TrainingSession:
             engine.tokenizer,
             metrics,
             episodes,
+            evaluations,
             sampling,
             distributed,
             owns_engine=owns_engine,
@@ -353,8 +359,8 @@ class TrainingSession:
         )
         cursor.restore(state["data"])
         step = int(state["step"])
-        if self.episodes is not None:  # episodes the killed run stored for steps it will now redo
-            dropped = self.episodes.discard_steps_after(self.run_dir.name, step)
+        for store in (self.episodes, self.evaluations):  # what the killed run stored for steps it redoes
+            dropped = store.discard_steps_after(self.run_dir.name, step) if store is not None else 0
             if dropped:
                 log.info(
                     "dropped %d episodes of steps after %d, stored before the run stopped", dropped, step
@@ -400,6 +406,20 @@ class TrainingSession:
             return {"episodes_not_stored": len(rollouts)}
         return {"episodes_not_stored": 0}
 
+    def keep_evaluation(self, step: int, rollouts: list[Rollout]) -> None:
+        """Store the validation episodes of the evaluation after `step` in `run_dir/evaluations.sqlite`
+        (what the agent did on held-out tasks; `metadata["step"]` and `task_index`). At the size limit
+        they are left out, with a warning."""
+        if self.evaluations is None:
+            return
+        for rollout in rollouts:
+            rollout.episode.run_id = self.run_dir.name
+            rollout.episode.metadata.update(step=step, task_index=rollout.task_index, evaluation=True)
+        try:
+            self.evaluations.add_many(rollout.episode for rollout in rollouts)
+        except EpisodeStoreFull as full:
+            log.warning("Evaluation after step %d: %s Its episodes are not stored.", step, full)
+
     def progress(self, start_step: int) -> Any:
         from lightning_sdk.training.metrics import ProgressBar
 
@@ -416,8 +436,9 @@ class TrainingSession:
         """Stop the server and engine, close the metrics and episode files."""
         if self.metrics is not None:
             self.metrics.close()
-        if self.episodes is not None:
-            self.episodes.close()
+        for store in (self.episodes, self.evaluations):
+            if store is not None:
+                store.close()
         if self.remote is not None:
             self.remote.close()
         self.loop.close()

@@ -8,6 +8,7 @@ next rollout.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -20,6 +21,7 @@ from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, materialize_tasks
 from lightning_sdk.training.diagnostics import StepDiagnostics
 from lightning_sdk.training.evaluation import evaluate_agent
+from lightning_sdk.training.prepare import apply_error_policy, group_has_signal, reward_stats
 from lightning_sdk.training.rollout import Rollout
 from lightning_sdk.training.run_dir import make_run_dir, write_run_info
 from lightning_sdk.training.session import TrainingSession
@@ -159,6 +161,11 @@ class _Loop:
         self.start_step = session.restore(self.cursor) if resume else 0
         self.result = FitResult(run_dir=session.run_dir, adapter_path=session.adapter_dir)
         self.diagnostics = StepDiagnostics(session.endpoint.base_url)
+        if config.dynamic_sampling_rounds and session.world_size > 1:
+            raise ValueError(
+                "dynamic_sampling_rounds is not supported under torchrun yet (each rank would draw a "
+                "different number of extra tasks); set it to 0 or train in one process."
+            )
 
     def run(self) -> FitResult:
         session, config = self.session, self.config
@@ -190,17 +197,46 @@ class _Loop:
         tasks = session.my_share(self.cursor.next_batch())
         started = time.perf_counter()
         with session.rollout_phase():
-            rollouts = session.rollouts(self.agent, tasks, config.group_size, self.reward)
+            rollouts, groups, signal, rounds = self.rollout_groups(tasks)
         rollout_s = time.perf_counter() - started
-        groups = _group_episodes(rollouts, len(tasks))
         for problem in self.diagnostics.new_problems(groups):
             log.warning("Step %d: %s", step, problem)
-        stats = session.train(groups)
+        trained = _groups_to_train(groups, signal, len(tasks)) if config.dynamic_sampling_rounds else groups
+        stats = session.train(trained)
+        # The training reward describes every rollout of the step, not only the groups kept for training.
+        stats.update(reward_stats([apply_error_policy(group, config.on_error)[0] for group in groups]))
+        stats.update(
+            groups_rolled_out=len(groups),
+            groups_with_signal=sum(signal),
+            rollout_rounds=rounds,
+        )
         stats.update(session.push_weights(step))
         stats["time_rollout_s"] = rollout_s
         stats["time_step_s"] = time.perf_counter() - started
         stats.update(session.keep_episodes(step, rollouts))
         return session.log(step, stats)
+
+    def rollout_groups(self, tasks: list[Any]) -> tuple[list[Rollout], list[list[Any]], list[bool], int]:
+        """The step's rollouts, their groups (one per task), whether each group carries a learning
+        signal, and how many rounds ran. With `dynamic_sampling_rounds`, further rounds of fresh tasks
+        run while fewer than `len(tasks)` groups do."""
+        session, config = self.session, self.config
+        rollouts: list[Rollout] = []
+        groups: list[list[Any]] = []
+        signal: list[bool] = []
+        rounds = 0
+        for round_index in range(config.dynamic_sampling_rounds + 1):
+            if round_index and sum(signal) >= len(tasks):
+                break
+            rounds += 1
+            batch = tasks if round_index == 0 else session.my_share(self.cursor.next_batch())
+            new = session.rollouts(self.agent, batch, config.group_size, self.reward)
+            new_groups = _group_episodes(new, len(batch))
+            # Later rounds' groups follow the first round's, so task_index stays unique within the step.
+            rollouts += [dataclasses.replace(r, task_index=r.task_index + len(groups)) for r in new]
+            groups += new_groups
+            signal += [group_has_signal(group, config, session.endpoint.base_url) for group in new_groups]
+        return rollouts, groups, signal, rounds
 
     def evaluate(self, step: int) -> dict[str, float] | None:
         if not self.val_tasks:
@@ -208,8 +244,11 @@ class _Loop:
         session = self.session
         progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
         with session.eval_phase():
-            metrics = evaluate_agent(session, self.agent, self.val_tasks, self.reward, progress.episode_done)
+            metrics, rollouts = evaluate_agent(
+                session, self.agent, self.val_tasks, self.reward, progress.episode_done
+            )
         progress.finish(metrics)
+        session.keep_evaluation(step, rollouts)
         session.log(step, {f"val_{key}": value for key, value in metrics.items()})
         return metrics
 
@@ -219,6 +258,11 @@ def _group_episodes(rollouts: list[Rollout], num_tasks: int) -> list[list[Any]]:
     for rollout in rollouts:
         groups[rollout.task_index].append(rollout.episode)
     return groups
+
+
+def _groups_to_train(groups: list[list[Any]], signal: list[bool], wanted: int) -> list[list[Any]]:
+    """Dynamic sampling's batch: the first `wanted` groups that carry a learning signal."""
+    return [group for group, has_signal in zip(groups, signal, strict=True) if has_signal][:wanted]
 
 
 def _out_of_time(started: float, budget_s: float | None) -> bool:
