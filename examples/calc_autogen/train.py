@@ -45,6 +45,7 @@ def train(
     report: bool = True,
     curve_to: str | Path | None = None,
     model: str | None = None,
+    **overrides: Any,
 ) -> dict[str, Any]:
     """Train the calculator agent; return base and trained held-out reward, wall time and the run paths.
 
@@ -57,6 +58,7 @@ def train(
         report: write `report.html` (and the curve PNGs) into the run folder.
         curve_to: copy the validation curve PNG there (e.g. `examples/calc_autogen/reward_curve.png`).
         model: `None` for the bundled SmolLM2-135M-Instruct, or a Hugging Face folder or Hub id.
+        overrides: any other `TrainerConfig` field (e.g. `dynamic_sampling_rounds=2`).
     """
     from lightning_sdk.examples.calc_autogen.agent import MAX_TOKENS, solve
     from lightning_sdk.examples.calc_autogen.data import train_test_split
@@ -77,6 +79,7 @@ def train(
         save_every=0,
         run_dir=None if run_dir is None else str(run_dir),
         seed=seed,
+        **overrides,
     )
     started = time.perf_counter()
     result = Trainer(model, config=config, engine=engine).fit(solve, train_tasks, val_dataset=test_tasks)

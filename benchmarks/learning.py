@@ -1,0 +1,380 @@
+"""Learning over seeds: the quickstart and each example trained with K seeds, summarised as mean, spread
+and worst seed. Written to benchmarks/results/learning.md (table) and benchmarks/results/learning/
+(one JSON per finished seed, one plot per example with every seed's validation curve).
+
+    python benchmarks/learning.py                                  # every example, seeds 0 1 2
+    python benchmarks/learning.py --only quickstart --seeds 0 1 2 3 4
+    python benchmarks/learning.py --only quickstart --label ds2 --set dynamic_sampling_rounds=2
+    python benchmarks/learning.py --table                          # only rewrite the table and plots
+
+Each seed trains in its own process (so one seed's memory or crash does not touch the next, and its
+peak RSS is its own), seeding both the example's data and the trainer. A sweep resumes where it
+stopped: a seed whose result file exists is skipped, so an interrupted sweep is rerun with the same
+command. `--label` names a configuration (`--set field=value` are `TrainerConfig` overrides); results
+of different labels sit side by side in the table, which is how a change to the trainer is judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+SEEDS_DIR = RESULTS / "learning"
+TABLE = RESULTS / "learning.md"
+RUNS = ROOT / "runs" / "learning"  # run folders (episodes, adapters): large, not committed
+
+EXAMPLES: dict[str, str] = {
+    "quickstart": "the calculator agent, `lightning-sdk quickstart` (what `make demo` runs)",
+    "calc_autogen": "calculator (AutoGen), `examples/calc_autogen/train.py`",
+    "sql_langchain": "text-to-SQL (LangChain / LangGraph), `examples/sql_langchain/train.py`",
+    "rag_openai_agents": "retrieval QA (OpenAI Agents SDK), `examples/rag_openai_agents/train.py`",
+}
+
+
+# --- one seed, in its own process -------------------------------------------------------------------------
+def train_one(
+    example: str, seed: int, run_dir: Path, model: str | None, overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """Train `example` with `seed` (data and trainer) and return the example's summary."""
+    common: dict[str, Any] = {"run_dir": str(run_dir), "model": model, "curve_to": None, **overrides}
+    if example == "quickstart":
+        from lightning_sdk.quickstart import run_quickstart
+
+        steps = common.pop("steps", None)
+        return run_quickstart(**({"steps": steps} if steps else {}), seed=seed, **common)
+    if example == "calc_autogen":
+        from lightning_sdk.examples.calc_autogen.train import train as train_calc
+
+        return train_calc(seed=seed, **common)
+    if example == "sql_langchain":
+        from lightning_sdk.examples.sql_langchain.train import train as train_sql
+
+        return train_sql(data_seed=seed, seed=seed, **common)
+    if example == "rag_openai_agents":
+        from lightning_sdk.examples.rag_openai_agents.train import train as train_rag
+
+        return train_rag(data_seed=seed, seed=seed, **common)
+    raise ValueError(f"unknown example {example!r}; choose from {sorted(EXAMPLES)}")
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    """The child process: train one seed and write its result file."""
+    started = time.perf_counter()
+    run_dir = RUNS / args.label / args.example / f"seed{args.seed}"
+    overrides = parse_overrides(args.set)
+    summary = train_one(args.example, args.seed, run_dir, args.model, overrides)
+    history = read_history(run_dir)
+    result = {
+        "example": args.example,
+        "seed": args.seed,
+        "label": args.label,
+        "model": args.model or "bundled SmolLM2-135M-Instruct",
+        "overrides": overrides,
+        "base": summary["base_reward"],
+        "trained": summary["trained_reward"],
+        "curve": summary["curve"],
+        "steps": summary["steps"],
+        "training_s": sum(record.get("time_step_s", 0.0) for record in history),
+        "wall_s": time.perf_counter() - started,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "signal_share": signal_share(history),
+        "rollout_rounds": mean(
+            [record["rollout_rounds"] for record in history if "rollout_rounds" in record]
+        ),
+        "held_out": held_out_details(args.example, run_dir),
+        "run_dir": str(run_dir),
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_commit(),
+        "load_average_at_end": os.getloadavg()[0],
+    }
+    out = result_path(args.label, args.example, args.seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".part")
+    partial.write_text(json.dumps(result, indent=1))
+    partial.replace(out)  # a killed worker leaves no half-written result behind
+
+
+def read_history(run_dir: Path) -> list[dict[str, Any]]:
+    from lightning_sdk.training.metrics import read_metrics
+
+    return [record for record in read_metrics(run_dir) if "reward_mean" in record]
+
+
+def signal_share(history: list[dict[str, Any]]) -> float:
+    """Mean over steps of the share of rolled-out groups that carried a learning signal."""
+    from lightning_sdk.training.report import signal_share as per_step
+
+    return mean([share for _, share in per_step(history)])
+
+
+def held_out_details(example: str, run_dir: Path) -> dict[str, Any]:
+    """What the final evaluation got right, broken down the way each example's issue asks: per question
+    template (SQL), per number of hops and searches per episode (retrieval)."""
+    from lightning_sdk.tracing.store import EpisodeStore
+
+    path = run_dir / "evaluations.sqlite"
+    if not path.exists():
+        return {}
+    with EpisodeStore(path) as store:
+        episodes = store.episodes()
+    steps = sorted({episode.metadata.get("step", 0) for episode in episodes})
+    details: dict[str, Any] = {}
+    for when, step in (("base", steps[0]), ("trained", steps[-1])):
+        evaluated = [episode for episode in episodes if episode.metadata.get("step") == step]
+        details[when] = breakdown(example, evaluated)
+    return details
+
+
+def breakdown(example: str, episodes: list[Any]) -> dict[str, Any]:
+    def solved(episode: Any) -> bool:
+        return episode.reward is not None and episode.reward >= 1.0
+
+    if example == "sql_langchain":
+        by_template: dict[str, list[int]] = {}
+        for episode in episodes:
+            counts = by_template.setdefault(str(episode.task.get("template")), [0, 0])
+            counts[0] += solved(episode)
+            counts[1] += 1
+        return {"solved_per_template": by_template}
+    if example == "rag_openai_agents":
+        searches = [count_tool_calls(episode) for episode in episodes]
+        by_hops: dict[str, list[float]] = {}
+        for episode in episodes:
+            by_hops.setdefault(str(episode.task.get("hops")), []).append(episode.reward or 0.0)
+        return {
+            "searches_per_episode": mean(searches),
+            "episodes_with_two_searches": sum(1 for count in searches if count >= 2),
+            "f1_per_hops": {hops: mean(values) for hops, values in by_hops.items()},
+            "exact_answers": sum(solved(episode) for episode in episodes),
+            "episodes": len(episodes),
+        }
+    return {"solved": sum(solved(episode) for episode in episodes), "episodes": len(episodes)}
+
+
+def count_tool_calls(episode: Any) -> int:
+    return sum(len((call.response_message or {}).get("tool_calls") or []) for call in episode.all_calls())
+
+
+# --- the sweep ---------------------------------------------------------------------------------------------
+def result_path(label: str, example: str, seed: int) -> Path:
+    return SEEDS_DIR / label / example / f"seed{seed}.json"
+
+
+def run_sweep(args: argparse.Namespace) -> None:
+    overrides = parse_overrides(args.set)
+    todo = [(example, seed) for example in args.only for seed in args.seeds]
+    for number, (example, seed) in enumerate(todo, start=1):
+        path = result_path(args.label, example, seed)
+        if path.exists():
+            done = json.loads(path.read_text())
+            if done["overrides"] != overrides or done["model"] != (
+                args.model or "bundled SmolLM2-135M-Instruct"
+            ):
+                sys.exit(
+                    f"{path} was measured with other settings ({done['overrides']}, {done['model']}); "
+                    "use another --label for a new configuration, or delete the file to measure it again."
+                )
+            print(f"[{number}/{len(todo)}] {example} seed {seed}: done before, skipped", flush=True)
+            continue
+        print(f"[{number}/{len(todo)}] {example} seed {seed} ({args.label}): training...", flush=True)
+        command = [sys.executable, __file__, "--worker", "--example", example, "--seed", str(seed)]
+        command += ["--label", args.label, *(["--model", args.model] if args.model else [])]
+        command += [item for pair in (("--set", value) for value in args.set) for item in pair]
+        started = time.perf_counter()
+        finished = subprocess.run(command, cwd=ROOT, check=False)
+        if finished.returncode != 0 or not path.exists():
+            print(f"    failed (exit code {finished.returncode}); its result is not written", flush=True)
+            continue
+        result = json.loads(path.read_text())
+        print(
+            f"    held-out {result['base']:.3f} -> {result['trained']:.3f} after {result['steps']} steps, "
+            f"{(time.perf_counter() - started) / 60:.1f} min",
+            flush=True,
+        )
+        write_table(" ".join(sys.argv[1:]))
+    write_table(" ".join(sys.argv[1:]))
+
+
+# --- the table and plots -----------------------------------------------------------------------------------
+def load_results() -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every finished seed, by (label, example)."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in sorted(SEEDS_DIR.glob("*/*/seed*.json")):
+        result = json.loads(path.read_text())
+        grouped.setdefault((result["label"], result["example"]), []).append(result)
+    for results in grouped.values():
+        results.sort(key=lambda result: result["seed"])
+    return grouped
+
+
+def write_table(command: str) -> None:
+    grouped = load_results()
+    if not grouped:
+        print("no finished seeds yet")
+        return
+    lines = [
+        "# Learning over seeds",
+        "",
+        f"Written by `{' '.join(['python benchmarks/learning.py', command]).strip()}`"
+        + f" on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())};",
+        f"machine: {machine()}. Held-out reward is greedy, on tasks never trained on; mean ± sd over seeds",
+        "(sample standard deviation), worst = the seed with the lowest trained reward. Each seed seeds the",
+        "example's data and the trainer. Training = the steps' time (rollout, update, weight sync); wall =",
+        "the whole process (imports, engine start, every evaluation).",
+        "",
+        "| label | example | seeds | held-out before | held-out after | change | worst seed: after (change) "
+        "| steps | training (min) | wall (min) | peak RSS (GiB) | groups with signal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ordered = sorted(grouped.items(), key=lambda item: (item[0][1], item[0][0]))
+    lines += [table_row(label, example, results) for (label, example), results in ordered]
+    lines += ["", "Per seed (validation curve: step:reward):", ""]
+    for (label, example), results in ordered:
+        overrides = results[0]["overrides"]
+        lines.append(
+            f"- **{label} / {example}** ({EXAMPLES.get(example, example)}; overrides: {overrides or 'none'})"
+        )
+        for result in results:
+            curve = ", ".join(f"{step}:{reward:.3f}" for step, reward in result["curve"])
+            details = json.dumps(result.get("held_out", {}).get("trained") or {}, sort_keys=True)
+            lines.append(
+                f"  - seed {result['seed']}: {result['base']:.3f} -> {result['trained']:.3f}; curve {curve}; "
+                f"{result['steps']} steps; load average at the end {result['load_average_at_end']:.1f}; "
+                f"commit {result['commit']}; held-out after: {details}"
+            )
+        plot(label, example, results)
+    TABLE.write_text("\n".join(lines) + "\n")
+    print(f"table: {TABLE}")
+
+
+def table_row(label: str, example: str, results: list[dict[str, Any]]) -> str:
+    """One configuration's line of the table: held-out before and after over its seeds, and its costs."""
+    base = [result["base"] for result in results]
+    after = [result["trained"] for result in results]
+    change = [a - b for a, b in zip(after, base, strict=True)]
+    worst = min(results, key=lambda result: result["trained"])
+    seeds = ", ".join(str(result["seed"]) for result in results)
+    cells = [
+        label,
+        example,
+        f"{len(results)} ({seeds})",
+        spread(base),
+        f"**{spread(after)}**",
+        spread(change, signed=True),
+        f"{worst['trained']:.3f} ({worst['trained'] - worst['base']:+.3f}, seed {worst['seed']})",
+        spread([result["steps"] for result in results], digits=1),
+        f"{mean([result['training_s'] / 60 for result in results]):.1f}",
+        f"{mean([result['wall_s'] / 60 for result in results]):.1f}",
+        f"{max(result['peak_rss_gib'] for result in results):.1f}",
+        f"{mean([result['signal_share'] for result in results]):.0%}",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def plot(label: str, example: str, results: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    for result in results:
+        steps, rewards = zip(*result["curve"], strict=True) if result["curve"] else ((), ())
+        axes.plot(steps, rewards, marker="o", markersize=3, label=f"seed {result['seed']}")
+    axes.set_xlabel("step")
+    axes.set_ylabel("held-out reward (greedy)")
+    axes.set_title(f"{example} ({label}): every seed")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(SEEDS_DIR / f"{label}-{example}.png")
+    plt.close(figure)
+
+
+# --- small helpers ------------------------------------------------------------------------------------------
+def mean(values: list[float]) -> float:
+    finite = [value for value in values if isinstance(value, (int, float)) and math.isfinite(value)]
+    return math.fsum(finite) / len(finite) if finite else math.nan
+
+
+def spread(values: list[float], signed: bool = False, digits: int = 3) -> str:
+    centre = mean(values)
+    text = f"{centre:+.{digits}f}" if signed else f"{centre:.{digits}f}"
+    if len(values) > 1:
+        text += f" ± {statistics.stdev(values):.{digits}f}"
+    return text
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`field=value` pairs; values are read as JSON when they parse (numbers, booleans), else as text."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        name, separator, value = item.partition("=")
+        if not separator or not name:
+            sys.exit(f"--set {item!r}: write it as field=value, e.g. --set dynamic_sampling_rounds=2")
+        try:
+            overrides[name] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name] = value
+    return overrides
+
+
+def git_commit() -> str:
+    """The commit measured, with `+changes` when the working tree differed from it."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if changes else "")
+
+
+def machine() -> str:
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} CPU cores, {memory_gib:.0f} GiB, no GPU ({platform.machine()})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=sorted(EXAMPLES), default=list(EXAMPLES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--label", default="default", help="name of this configuration in the table")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="TrainerConfig override"
+    )
+    parser.add_argument("--model", default=None, help="Hugging Face model (default: the bundled 135M model)")
+    parser.add_argument("--table", action="store_true", help="only rewrite the table and plots")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--example", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        run_worker(args)
+    elif args.table:
+        write_table("--table")
+    else:
+        run_sweep(args)
+
+
+if __name__ == "__main__":
+    main()
