@@ -121,7 +121,7 @@ def write_report(run_dir: str | Path, episodes_shown: int = 6) -> Path:
         f"<h1>Training run {html.escape(run_dir.name)}</h1>",
         _summary_table(history),
         *(f'<img src="{image.name}" alt="{image.stem}">' for image in images),
-        "<h2>Sample episodes (last step)</h2>",
+        *(["<h2>Sample episodes (last step)</h2>"] if episodes else []),
         *(_episode_html(episode) for episode in episodes),
         *(["<h2>Held-out episodes (last evaluation)</h2>"] if held_out else []),
         *(_episode_html(episode) for episode in held_out),
