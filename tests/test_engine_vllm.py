@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 from lightning_sdk.engine import Engine, PromptTooLongError, SamplingParams
+from lightning_sdk.engine.text import complete_text
+from tests.fixtures.greedy import assert_greedy_agrees, engine_margins
 
 pytestmark = pytest.mark.slow
 
@@ -60,16 +62,18 @@ def test_top_logprobs_include_the_sampled_token(vllm_engine, chat_prompt_ids) ->
 
 async def test_concurrent_requests_and_stream_match_batch(vllm_engine, chat_prompt_ids) -> None:
     prompt = chat_prompt_ids(QUESTION)
-    greedy = SamplingParams(temperature=0, max_tokens=16)
+    greedy = SamplingParams(temperature=0, max_tokens=16, top_logprobs=2)
     results = await asyncio.gather(*(vllm_engine.agenerate(prompt, greedy) for _ in range(8)))
+    # Concurrent requests may land in different batches: the same greedy answer up to near ties.
     expected = results[0].completions[0]
-    assert all(r.completions[0].token_ids == expected.token_ids for r in results)
+    for result in results:
+        assert_greedy_agrees(expected.token_ids, result.completions[0].token_ids, engine_margins(expected))
     streamed_ids, streamed_text = [], ""
     async for delta in vllm_engine.astream(prompt, greedy):
         streamed_ids += delta.token_ids
         streamed_text += delta.text
-    assert streamed_ids == expected.token_ids
-    assert streamed_text == expected.text
+    assert_greedy_agrees(expected.token_ids, streamed_ids, engine_margins(expected))
+    assert streamed_text == complete_text(vllm_engine.tokenizer, streamed_ids)
 
 
 async def test_abandoned_stream_frees_its_slot(vllm_engine, chat_prompt_ids) -> None:
