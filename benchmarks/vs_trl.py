@@ -11,15 +11,21 @@ first step that ends past the budget.
 - ours: `ls.Trainer` with its co-located vLLM engine (rollouts through the agent's openai client).
 - TRL: `trl.GRPOTrainer` with `use_vllm=False` (transformers `generate` rollouts, TRL's CPU path) and
   `gradient_checkpointing=False` (TRL turns it on by default; off is faster for this small model).
+- TRL with vLLM (`--sides ... trl-vllm`): the same, with `use_vllm=True, vllm_mode="colocate"`, the setup
+  TRL recommends; when it cannot run on this machine the table says so with the error.
 
 Each side runs in its own child process, one after the other, so neither shares memory or threads with
 the other. Held-out accuracy is measured the same way for both, outside both trainers: plain
 transformers greedy `generate` on 64 held-out tasks (not in the training set), on the base model and on
 each side's saved adapter merged into it. Usage:
 
-    python benchmarks/vs_trl.py [--budget-minutes 6] [--learning-rate 2e-4] [--temperature 0.7]
+    python benchmarks/vs_trl.py [--seeds 0 1 2] [--sides ours trl trl-vllm] [--budget-minutes 6]
+                                [--learning-rate 2e-4] [--temperature 0.7]
 
-It prints the table and writes it to `benchmarks/results/vs_trl.md` (`--output` to change).
+Each seed seeds the task split and both trainers. Finished (seed, side) results are kept in
+`benchmarks/results/vs_trl/` and skipped when the same command runs again, so a long comparison resumes
+where it stopped. It prints the table (mean ± sd over seeds per side, and each seed) and writes it to
+`benchmarks/results/vs_trl.md` (`--output` to change).
 """
 
 from __future__ import annotations
@@ -191,7 +197,8 @@ def run_trl(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         max_steps=STEP_CAP,
         beta=0.0,
         max_grad_norm=1.0,
-        use_vllm=False,
+        use_vllm=args.side == "trl-vllm",
+        **({"vllm_mode": "colocate", "vllm_enable_sleep_mode": False} if args.side == "trl-vllm" else {}),
         bf16=False,
         gradient_checkpointing=False,
         save_strategy="no",
@@ -273,7 +280,7 @@ def sample_load(samples: list[float], done: threading.Event) -> None:
 
 
 def run_side(side: str, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
-    """Run one side in a child process and return its measurements."""
+    """Run one side in a child process and return its measurements (`{"error": ...}` when it fails)."""
     out = work_dir / f"{side}.json"
     command = [
         sys.executable,
@@ -298,14 +305,38 @@ def run_side(side: str, args: argparse.Namespace, work_dir: Path) -> dict[str, A
     sampler = threading.Thread(target=sample_load, args=(loads, done), daemon=True)
     started = time.perf_counter()
     sampler.start()
+    log_path = work_dir / f"{side}.log"
     try:
-        subprocess.run(command, check=True, env={**os.environ, **OFFLINE_ENV})
+        with log_path.open("w") as log:
+            child = subprocess.Popen(
+                command,
+                env={**os.environ, **OFFLINE_ENV},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            assert child.stdout is not None
+            for line in child.stdout:  # shown as it runs, and kept for the error message
+                print(line, end="", flush=True)
+                log.write(line)
+            returncode = child.wait()
     finally:
         done.set()
+    if returncode != 0 or not out.exists():
+        return {"error": last_error(log_path.read_text(), returncode)}
     measured = json.loads(out.read_text())
     wall_s = time.perf_counter() - started
     measured.update(wall_s=wall_s, load_mean=statistics.mean(loads), load_max=max(loads))
     return measured
+
+
+def last_error(log: str, returncode: int) -> str:
+    """The exception line at the end of a failed side's output (what the table quotes)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line.split(":")[0] or "Exception" in line.split(":")[0]]
+    return (errors[-1] if errors else (lines[-1] if lines else "no output"))[
+        :400
+    ] + f" (exit code {returncode})"
 
 
 def child_main(args: argparse.Namespace) -> None:
@@ -346,8 +377,8 @@ HEADER = [
 ]
 
 
-def markdown_table(rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+def markdown_table(rows: list[list[str]], header: list[str] = HEADER) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
@@ -358,17 +389,60 @@ def versions() -> str:
     return ", ".join(f"{name} {version(name)}" for name in names)
 
 
-def results_page(table: str, args: argparse.Namespace, measured: dict[str, Any], ratio: float) -> str:
-    loads = "; ".join(
-        f"{side} run mean {m['load_mean']:.1f} (max {m['load_max']:.1f})" for side, m in measured.items()
-    )
+NAMES = {
+    "ours": "lightning-sdk Trainer (vLLM)",
+    "trl": "TRL GRPOTrainer (transformers generate)",
+    "trl-vllm": "TRL GRPOTrainer (vLLM colocate)",
+}
+AGGREGATE_HEADER = [
+    "trainer",
+    "seeds",
+    "steps",
+    "median step (s)",
+    "tokens/s",
+    "peak RSS (GiB)",
+    "held-out before",
+    "held-out after",
+    "worst seed (after)",
+]
+
+
+def mean_sd(values: list[float], percent: bool = False) -> str:
+    shown = [value * 100 for value in values] if percent else values
+    unit = "%" if percent else ""
+    text = f"{statistics.mean(shown):.1f}{unit}"
+    return text + (f" ± {statistics.stdev(shown):.1f}{unit}" if len(shown) > 1 else "")
+
+
+def aggregate_row(side: str, runs: dict[int, dict[str, Any]], base: dict[int, float]) -> list[str]:
+    """One side over its seeds; a side that failed shows its error instead."""
+    failed = [run["error"] for run in runs.values() if "error" in run]
+    if failed:
+        return [NAMES[side], str(len(runs)), f"did not run here: {failed[0]}", *[""] * 6]
+    seeds = sorted(runs)
+    after = [runs[seed]["after"] for seed in seeds]
+    worst = min(seeds, key=lambda seed: runs[seed]["after"])
+    return [
+        NAMES[side],
+        ", ".join(map(str, seeds)),
+        mean_sd([len(runs[seed]["step_s"]) for seed in seeds]),
+        f"{statistics.mean(statistics.median(runs[seed]['step_s']) for seed in seeds):.1f}",
+        f"{statistics.mean(sum(runs[s]['tokens']) / sum(runs[s]['step_s']) for s in seeds):.0f}",
+        f"{max(runs[seed]['peak_rss_gib'] for seed in seeds):.1f}",
+        mean_sd([base[seed] for seed in seeds], percent=True),
+        f"**{mean_sd(after, percent=True)}**",
+        f"{runs[worst]['after']:.1%} (seed {worst})",
+    ]
+
+
+def results_page(aggregate: str, per_seed: str, args: argparse.Namespace, loads: str) -> str:
     command = "python benchmarks/vs_trl.py " + shlex.join(sys.argv[1:])
     return f"""# Our Trainer vs TRL GRPOTrainer
 
 - Date: {datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")}
 - Command: `{command.strip()}`
 - Machine: {os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, {platform.system()}; \
-1-minute load average {loads}
+1-minute load average during each side: {loads}
 - Versions: {versions()}
 - Setup: bundled SmolLM2-135M-Instruct (float32), LoRA r16 / alpha 32 on q,k,v,o,gate,up,down; \
 {PROMPTS_PER_STEP} prompts x {GROUP_SIZE} samples, {MAX_NEW_TOKENS} new tokens; \
@@ -376,13 +450,52 @@ temperature {args.temperature}; \
 learning rate {args.learning_rate} (constant); budget {args.budget_minutes} min of training per side; \
 reward 1 when the first integer of the reply is A + B.
 
-{table}
+Over seeds (mean ± sd; each seed seeds the task split and the trainer):
 
-Median step time, TRL / ours: {ratio:.1f}x. Tokens/s = sampled completion tokens / total step time. \
-Training time is the sum of step times; process wall also counts imports, model loading and (ours) \
-the engine start. "Train successes" counts sampled completions with reward 1 over the whole run. Held-out \
-accuracy: greedy transformers `generate` on {HELDOUT_TASKS} held-out tasks, the same code for both adapters.
+{aggregate}
+
+Each seed:
+
+{per_seed}
+
+Tokens/s = sampled completion tokens / total step time. Training time is the sum of step times; process \
+wall also counts imports, model loading and (ours) the engine start. "Train successes" counts sampled \
+completions with reward 1 over the whole run. Held-out accuracy: greedy transformers `generate` on \
+{HELDOUT_TASKS} held-out tasks, the same code for every adapter.
 """
+
+
+def settings_folder(args: argparse.Namespace) -> Path:
+    """Where finished (seed, side) results of these settings are kept, for resuming."""
+    key = f"budget{args.budget_minutes:g}-lr{args.learning_rate:g}-t{args.temperature:g}"
+    return Path(args.output).parent / "vs_trl" / key
+
+
+def run_seed_side(args: argparse.Namespace, seed: int, side: str, work_root: Path) -> dict[str, Any]:
+    """One side on one seed: train, then the held-out accuracy of its adapter; kept for resuming."""
+    path = settings_folder(args) / f"seed{seed}-{side}.json"
+    if path.exists():
+        print(f"seed {seed}, {side}: measured before, reusing {path}", flush=True)
+        return dict(json.loads(path.read_text()))
+    work_dir = work_root / f"seed{seed}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    seeded = argparse.Namespace(**{**vars(args), "seed": seed})
+    measured = run_side(side, seeded, work_dir)
+    if "error" not in measured:
+        os.environ.update(OFFLINE_ENV)
+        measured["after"] = heldout_accuracy({side: measured["adapter"]}, seed)[side]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(measured))
+    return measured
+
+
+def base_accuracy(args: argparse.Namespace, seed: int) -> float:
+    path = settings_folder(args) / f"seed{seed}-base.json"
+    if not path.exists():
+        os.environ.update(OFFLINE_ENV)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(heldout_accuracy({"base": None}, seed)["base"]))
+    return float(json.loads(path.read_text()))
 
 
 def main() -> None:
@@ -390,30 +503,50 @@ def main() -> None:
     parser.add_argument("--budget-minutes", type=float, default=6.0, help="training time budget per side")
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--sides", nargs="+", choices=list(NAMES), default=list(NAMES))
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "vs_trl.md"))
     parser.add_argument("--work-dir", default=None, help="runs and adapters go here (default: a temp folder)")
-    parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--side", choices=list(NAMES), help=argparse.SUPPRESS)
     parser.add_argument("--side-output", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # the child's seed
     args = parser.parse_args()
     args.budget_s = args.budget_minutes * 60
     if args.side:
         child_main(args)
         return
-    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="vs_trl-"))
-    work_dir.mkdir(parents=True, exist_ok=True)
-    measured = {side: run_side(side, args, work_dir) for side in ("ours", "trl")}
-    os.environ.update(OFFLINE_ENV)
-    adapters = {"base": None, "ours": measured["ours"]["adapter"], "trl": measured["trl"]["adapter"]}
-    accuracy = heldout_accuracy(adapters, args.seed)
-    names = {"ours": "lightning-sdk Trainer (vLLM)", "trl": "TRL GRPOTrainer (transformers generate)"}
-    rows = [summary_row(names[side], measured[side], accuracy["base"], accuracy[side]) for side in names]
-    ratio = statistics.median(measured["trl"]["step_s"]) / statistics.median(measured["ours"]["step_s"])
-    table = markdown_table(rows)
-    print("\n" + table + f"\n\nmedian step time, TRL / ours: {ratio:.1f}x; runs in {work_dir}")
+    work_root = Path(args.work_dir or tempfile.mkdtemp(prefix="vs_trl-"))
+    runs: dict[str, dict[int, dict[str, Any]]] = {side: {} for side in args.sides}
+    base: dict[int, float] = {}
+    for seed in args.seeds:
+        base[seed] = base_accuracy(args, seed)
+        for side in args.sides:
+            runs[side][seed] = run_seed_side(args, seed, side, work_root)
+    aggregate = markdown_table(
+        [aggregate_row(side, runs[side], base) for side in args.sides], AGGREGATE_HEADER
+    )
+    per_seed = markdown_table(
+        [
+            [
+                f"seed {seed}",
+                *summary_row(NAMES[side], runs[side][seed], base[seed], runs[side][seed]["after"]),
+            ]
+            for seed in args.seeds
+            for side in args.sides
+            if "error" not in runs[side][seed]
+        ],
+        ["seed", *HEADER],
+    )
+    loads = "; ".join(
+        f"{side} seed {seed} mean {run['load_mean']:.1f}"
+        for side in args.sides
+        for seed, run in runs[side].items()
+        if "load_mean" in run
+    )
+    print("\n" + aggregate + "\n\n" + per_seed)
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(results_page(table, args, measured, ratio))
+    output.write_text(results_page(aggregate, per_seed, args, loads))
     print(f"wrote {output}")
 
 
