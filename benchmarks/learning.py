@@ -72,6 +72,7 @@ def train_one(
 def run_worker(args: argparse.Namespace) -> None:
     """The child process: train one seed and write its result file."""
     started = time.perf_counter()
+    commit = git_commit()  # the code this seed runs (the tree may change while it trains)
     run_dir = RUNS / args.label / args.example / f"seed{args.seed}"
     overrides = parse_overrides(args.set)
     summary = train_one(args.example, args.seed, run_dir, args.model, overrides)
@@ -96,7 +97,7 @@ def run_worker(args: argparse.Namespace) -> None:
         "held_out": held_out_details(args.example, run_dir),
         "run_dir": str(run_dir),
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": git_commit(),
+        "commit": commit,
         "load_average_at_end": os.getloadavg()[0],
     }
     out = result_path(args.label, args.example, args.seed)
