@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quickstart = commands.add_parser(
         "quickstart",
         help="Train the calculator agent (AutoGen + a calculator tool) on the bundled model "
-        "in about 10 minutes.",
+        "in about a quarter of an hour on two CPU cores.",
     )
     quickstart.add_argument(
         "--steps",

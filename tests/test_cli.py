@@ -158,13 +158,20 @@ def test_quickstart_trains_the_calculator_agent_and_reports(
 ) -> None:
     from lightning_sdk.cli import _print_quickstart_summary
     from lightning_sdk.integrations.autogen import uninstrument_autogen
-    from lightning_sdk.quickstart import run_quickstart
+    from lightning_sdk.quickstart import QUICKSTART, run_quickstart
 
     try:  # the quickstart's own configuration, shrunk to one small step on the session's engine
         summary = run_quickstart(1, tmp_path / "run", engine=engine, test_size=4, batch_size=2, group_size=2)
     finally:
         uninstrument_autogen()
     assert summary["steps"] == 1 and 0 <= summary["base_reward"] <= 1 and 0 <= summary["trained_reward"] <= 1
+    config = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
+    assert (
+        config["dynamic_sampling_rounds"] == QUICKSTART["dynamic_sampling_rounds"] > 0
+    )  # what made it learn
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (step,) = [record for record in records if "rollout_rounds" in record]
+    assert 1 <= step["rollout_rounds"] <= 1 + QUICKSTART["dynamic_sampling_rounds"]
     assert (
         "<b>math_solver</b>" in (tmp_path / "run" / "report.html").read_text()
     )  # the agent's sample episodes
