@@ -9,7 +9,7 @@ import pytest
 
 import lightning_sdk as ls
 from lightning_sdk.engine.text import complete_text
-from tests.fixtures.greedy import assert_greedy_agrees, top_two_margins
+from tests.fixtures.greedy import assert_greedy_agrees, first_token_penalties_must_change, top_two_margins
 
 pytestmark = pytest.mark.slow
 
@@ -259,7 +259,11 @@ def test_serve_runs_a_model_with_an_adapter(lora_adapter_dir) -> None:
     assert not server.engine._thread.is_alive()  # stop() shut the engine down too
 
 
-REPEAT = [{"role": "user", "content": "Repeat the word 'apple' twenty times."}]
+REPEATING_PROMPTS = (
+    "Repeat the word 'apple' twenty times.",
+    "List the numbers from 1 to 20, one per line.",
+    "Count from 1 to 30, separated by commas.",
+)
 
 
 def test_sampling_policy_overrides_requests(vllm_engine) -> None:
@@ -291,26 +295,35 @@ def test_sampling_policy_overrides_requests(vllm_engine) -> None:
         )
         assert len(reply.choices[0].token_ids) == 9 or reply.choices[0].finish_reason == "stop"
 
-        # Penalties are honoured when serving, and dropped while the trainer samples (no_penalties).
-        # The largest penalties over 32 tokens: each repeat lowers a token's logit by 2 more, which outweighs
-        # any margin the greedy choice has, whatever adapter an earlier test left on the shared engine (with
-        # 1.5/0.5 over 16 tokens one CI run's greedy answer came out unchanged).
-        def greedy(**penalties: float) -> Any:
+        # Penalties are honoured when serving, and dropped while the trainer samples (no_penalties). A
+        # penalised answer must differ only where the plain one repeats a token whose lead over a token it
+        # never generated is smaller than the penalty (see first_token_penalties_must_change); answers that
+        # never repeat prove nothing (one CI run's began "I'm going to repeat the word" and stopped), so the
+        # first of these prompts whose plain answer repeats that way is the one checked.
+        def greedy(prompt: str, **penalties: float) -> Any:
             reply = client.chat.completions.create(
                 model="anything",
-                messages=REPEAT,
-                max_tokens=32,
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=48,
                 temperature=0,
                 logprobs=True,
-                top_logprobs=2,
+                top_logprobs=5,
                 **penalties,
             )
             return reply.choices[0]
 
-        plain = greedy()
-        assert greedy(frequency_penalty=2.0, presence_penalty=2.0).token_ids != plain.token_ids
+        penalties = {"frequency_penalty": 2.0, "presence_penalty": 2.0}
+        plain, position = None, None
+        for prompt in REPEATING_PROMPTS:
+            plain = greedy(prompt)
+            position = first_token_penalties_must_change(plain.logprobs.content, **penalties)
+            if position is not None:
+                break
+        assert plain is not None and position is not None, "no prompt's greedy answer repeated itself"
+        penalised = greedy(prompt, **penalties)
+        assert penalised.token_ids[: position + 1] != plain.token_ids[: position + 1]
         policy.set(no_penalties=True)
-        unpenalised = greedy(frequency_penalty=2.0, presence_penalty=2.0)
+        unpenalised = greedy(prompt, **penalties)
         assert_greedy_agrees(plain.token_ids, unpenalised.token_ids, top_two_margins(plain.logprobs.content))
 
 
