@@ -7,12 +7,15 @@ the engine produce the very same tokens and their speeds compare directly):
 - `engine direct`: `VLLMEngine.agenerate` called concurrently in-process (no HTTP, no template);
 - `AsyncLLM direct` (`--async-llm`): vLLM's `AsyncLLM`, whose engine core runs in a child process;
 - `transformers generate`: plain `model.generate` on a left-padded batch of the same prompts (float32);
-- `LoRA active` (`--lora`): the engine with weight_sync="lora" while a rank-16 adapter is served.
+- `LoRA active` (`--lora`): the engine with weight_sync="lora" while a rank-16 adapter is served;
+- `engine direct, <dtype>` (`--dtypes bfloat16 float32`): the engine forced to each dtype, beside the
+  default (`dtype="auto"`, see `lightning_sdk.engine.placement.serving_dtype`).
 
 Weight updates: `load_adapter` of a rank-16 adapter on all projections, by merging and pushing the full
 weights (CPU default) and by LoRA hot-load. Only one engine runs at a time. Usage:
 
-    python benchmarks/engine_throughput.py [--max-tokens 128] [--repeats 3] [--lora] [--async-llm]
+    python benchmarks/engine_throughput.py [--max-tokens 128] [--repeats 3] [--lora] [--async-llm] \
+        [--dtypes bfloat16 float32]
 """
 
 from __future__ import annotations
@@ -134,13 +137,16 @@ def async_llm_direct(
     """vLLM's AsyncLLM (engine core in a child process), same settings as VLLMEngine on CPU."""
     from vllm import SamplingParams as VSamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.platforms import current_platform
     from vllm.v1.engine.async_llm import AsyncLLM
+
+    from lightning_sdk.engine.placement import serving_dtype
 
     async def main() -> dict[int, float]:
         engine = AsyncLLM.from_engine_args(
             AsyncEngineArgs(
                 model=str(model_path),
-                dtype="bfloat16",
+                dtype=serving_dtype(current_platform.is_cpu()),
                 max_model_len=2048,
                 logprobs_mode="processed_logprobs",
                 generation_config="vllm",
@@ -202,6 +208,7 @@ def measure_vllm(model: Any, args: argparse.Namespace, options: dict, adapter: P
     started = time.perf_counter()
     engine = VLLMEngine(model, **options)
     startup = time.perf_counter() - started
+    dtype = engine.dtype
     messages = chats(max(CONCURRENCY))
     prompts = [render(engine.tokenizer, m) for m in messages]
 
@@ -219,7 +226,25 @@ def measure_vllm(model: Any, args: argparse.Namespace, options: dict, adapter: P
     merge_seconds = update_latency(engine, adapter, args.repeats)
     rows |= rates({"engine direct, adapter merged in": direct}, args.repeats, (32,))
     engine.shutdown()
-    return {"startup_s": startup, "rows": rows, "merge_update_s": merge_seconds, "prompts": prompts}
+    return {
+        "startup_s": startup,
+        "dtype": dtype,
+        "rows": rows,
+        "merge_update_s": merge_seconds,
+        "prompts": prompts,
+    }
+
+
+def measure_dtype(model: Any, args: argparse.Namespace, options: dict, prompts: list, dtype: str) -> dict:
+    """The engine with its dtype forced to `dtype`, directly, at every concurrency."""
+    engine = VLLMEngine(model, dtype=dtype, **options)
+
+    def direct(count: int) -> tuple[int, float]:
+        return engine_direct(engine, prompts[:count], args.max_tokens)
+
+    rows = rates({f"engine direct, {dtype}": direct}, args.repeats)
+    engine.shutdown()
+    return rows
 
 
 def measure_lora(model: Any, args: argparse.Namespace, options: dict, adapter: Path, prompts: list) -> dict:
@@ -252,7 +277,8 @@ def measure_transformers(model: Any, args: argparse.Namespace, prompts: list) ->
 def report(results: dict[str, Any], args: argparse.Namespace) -> None:
     rows = results["rows"]
     print(
-        f"\nvLLM start: {results['startup_s']:.1f} s; max_tokens={args.max_tokens}; median of "
+        f"\nvLLM start: {results['startup_s']:.1f} s; default dtype {results['dtype']}; "
+        f"max_tokens={args.max_tokens}; median of "
         f"{args.repeats} runs (min-max); 1-minute load average {results['load_before']:.1f} before, "
         f"{results['load_after']:.1f} after\n"
     )
@@ -283,6 +309,9 @@ def main() -> None:
     parser.add_argument("--lora", action="store_true", help="also measure weight_sync='lora'")
     parser.add_argument("--async-llm", action="store_true", help="also measure vLLM's AsyncLLM")
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument(
+        "--dtypes", nargs="*", default=[], help="also measure the engine in these dtypes (bfloat16 float32)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     args = parser.parse_args()
 
@@ -301,6 +330,8 @@ def main() -> None:
             results["rows"]["AsyncLLM direct (child process)"] = async_llm_direct(
                 model.path, prompts, args.max_tokens, args.repeats
             )
+        for dtype in args.dtypes:
+            results["rows"] |= measure_dtype(model, args, options, prompts, dtype)
         if not args.skip_transformers:
             results["rows"] |= measure_transformers(model, args, prompts)
         results["load_before"], results["load_after"] = load_before, os.getloadavg()[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_sdk.engine.placement import auto_dtype, plan_placement
+from lightning_sdk.engine.placement import auto_dtype, plan_placement, serving_dtype
 from lightning_sdk.training.distributed import Distributed
 
 TORCHRUN_RANK_1 = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
@@ -86,3 +86,9 @@ def test_one_process_joins_no_process_group() -> None:
     distributed = Distributed.from_environment(plan_placement({}, cuda_devices=0))
     assert (distributed.world_size, distributed.device, distributed.initialized_here) == (1, "cpu", False)
     distributed.close()  # nothing to end
+
+
+def test_serving_dtype_is_float32_on_a_cpu_without_bf16_arithmetic() -> None:
+    assert serving_dtype(on_cpu=False) == "auto"  # the checkpoint's dtype on a GPU, as vLLM decides
+    assert serving_dtype(on_cpu=True, native_bf16=False) == "float32"
+    assert serving_dtype(on_cpu=True, native_bf16=True) == "bfloat16"

@@ -29,6 +29,9 @@ def test_merge_matches_peft(bundled_model, lora_adapter_dir) -> None:
     for name, tensor in ours.items():
         torch.testing.assert_close(tensor, reference[name], rtol=1e-5, atol=1e-6)
     assert ours.keys() == base.keys()  # the base dict itself is untouched and nothing is added
+    # Merging into the stored bfloat16 base for float32 serving rounds once, to float32: the same weights.
+    widened = merge_lora_adapter(base, lora_adapter_dir, torch.float32)
+    assert all(torch.equal(widened[name], ours[name]) for name in changed)
 
 
 @pytest.mark.parametrize("engine_fixture", ["vllm_engine", "transformers_engine"])
@@ -76,7 +79,8 @@ def test_in_place_adapter_writes_match_a_full_reload(
         for version, adapter in enumerate((lora_adapter_dir, tmp_path / "other", lora_adapter_dir)):
             vllm_engine.load_adapter(adapter, version=version)  # from the previous adapter, in place
             written = vllm_engine.generate([prompt], params)[0].completions[0]
-            vllm_engine.update_weights(merge_lora_adapter(base, adapter), version="reloaded")
+            served = getattr(torch, vllm_engine.dtype)  # merged in the served dtype, like the in-place path
+            vllm_engine.update_weights(merge_lora_adapter(base, adapter, served), version="reloaded")
             reloaded = vllm_engine.generate([prompt], params)[0].completions[0]
             assert written.token_ids == reloaded.token_ids
             assert written.logprobs == pytest.approx(reloaded.logprobs, abs=1e-6)

@@ -13,8 +13,8 @@ def convert_gguf_to_safetensors(gguf_file: Path, output_dir: Path) -> None:
 
     transformers de-quantizes GGUF weights to fp32 on load but refuses to `save_pretrained` a model loaded
     from GGUF, so the weights are copied into a model built from the same config. The folder is stored in
-    bfloat16, the dtype vLLM serves on CPU: then the engine and a trainer that loads the folder in fp32
-    start from bit-identical base weights (no train/inference mismatch from rounding), at half the size.
+    bfloat16 (half the size; widening to float32 is exact): an engine serving in bfloat16 or float32 and a
+    trainer that loads the folder in float32 start from bit-identical base weights.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig

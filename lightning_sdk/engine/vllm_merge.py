@@ -95,7 +95,7 @@ class MergedAdapterWriter:
     def _load_full(self, adapter_dir: str | Path | None, update: LoraUpdate | None) -> None:
         base = load_safetensors_folder(self._model_path)
         self._unknown_state = True  # until the push has succeeded
-        self._push_full(base if adapter_dir is None else merge_lora_adapter(base, adapter_dir))
+        self._push_full(base if adapter_dir is None else merge_lora_adapter(base, adapter_dir, self._dtype))
         # Every weight is now base or base + this adapter; the fast path can take over from here unless
         # the adapter changed weights it cannot write back (then the next push is a full one too).
         self._unknown_state = not self._fits_fast_path(update)

@@ -188,6 +188,7 @@ class TrainingSession:
             "model": engine.model.name,
             "model_path": str(engine.model.path),
             "engine": type(engine).__name__,
+            "engine_dtype": getattr(engine, "dtype", None),
             "weight_sync": getattr(engine, "weight_sync", None),
             "world_size": self.world_size,
             "endpoint": self.endpoint.base_url,
