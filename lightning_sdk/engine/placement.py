@@ -45,8 +45,9 @@ def serving_dtype(on_cpu: bool, native_bf16: bool | None = None) -> str:
     on a CPU, bfloat16 where the CPU computes it natively, else float32.
 
     An x86 CPU without AVX512-BF16 has no bfloat16 arithmetic: vLLM then runs its bfloat16 kernels by
-    converting to float32 and back, and on our 2-core AVX512 machine that decoded 2.5 times slower than
-    float32 (`benchmarks/engine_throughput.py --dtypes`, docs/engine.md). Float32 serving also samples from
+    converting to float32 and back, and on our 2-core AVX512 machine 32 concurrent chats decoded 1.5-2.5
+    times slower than in float32 (`benchmarks/engine_throughput.py --dtypes`, docs/engine.md; one chat
+    alone is faster in bfloat16, but training rollouts are batched). Float32 serving also samples from
     the same numbers the float32 policy trains on, so the importance ratios stay near 1. Other CPU
     architectures keep vLLM's bfloat16 (not measured here).
 
