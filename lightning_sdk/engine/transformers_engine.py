@@ -107,10 +107,8 @@ class TransformersEngine(EngineBase):
     # -- new weights ---------------------------------------------------------------------------------------
     def load_adapter(self, path: str | Path | None, version: WeightVersion) -> None:
         """Serve the peft LoRA adapter in `path` (merged into the weights), or the base weights for `None`."""
-        import torch
-
         base = self._base()
-        served = getattr(torch, self.dtype)  # merged in the model's dtype, not the (narrower) stored one
+        served = self._model.dtype  # merged in the model's dtype, not the (narrower) stored one
         self.update_weights(base if path is None else merge_lora_adapter(base, path, served), version)
 
     def update_weights(
