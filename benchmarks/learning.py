@@ -71,6 +71,8 @@ def train_one(
 
 def run_worker(args: argparse.Namespace) -> None:
     """The child process: train one seed and write its result file."""
+    from lightning_sdk.training.run_dir import read_run_info
+
     started = time.perf_counter()
     commit = git_commit()  # the code this seed runs (the tree may change while it trains)
     run_dir = RUNS / args.label / args.example / f"seed{args.seed}"
@@ -95,6 +97,7 @@ def run_worker(args: argparse.Namespace) -> None:
             [record["rollout_rounds"] for record in history if "rollout_rounds" in record]
         ),
         "held_out": held_out_details(args.example, run_dir),
+        "engine_dtype": read_run_info(run_dir)["starts"][-1].get("engine_dtype"),
         "run_dir": str(run_dir),
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": commit,
@@ -111,6 +114,12 @@ def read_history(run_dir: Path) -> list[dict[str, Any]]:
     from lightning_sdk.training.metrics import read_metrics
 
     return [record for record in read_metrics(run_dir) if "reward_mean" in record]
+
+
+def engine_dtype(result: dict[str, Any]) -> str:
+    """The dtype the seed's rollouts were sampled in. Results written before this was recorded
+    (2026-11-24) all ran vLLM in its default bfloat16."""
+    return result.get("engine_dtype") or "bfloat16"
 
 
 def signal_share(history: list[dict[str, Any]]) -> float:
@@ -236,8 +245,8 @@ def write_table(command: str) -> None:
         "the whole process (imports, engine start, every evaluation).",
         "",
         "| label | example | seeds | held-out before | held-out after | change | worst seed: after (change) "
-        "| steps | training (min) | wall (min) | peak RSS (GiB) | groups with signal |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| steps | training (min) | wall (min) | peak RSS (GiB) | groups with signal | engine dtype |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ordered = sorted(grouped.items(), key=lambda item: (item[0][1], item[0][0]))
     lines += [table_row(label, example, results) for (label, example), results in ordered]
@@ -280,6 +289,7 @@ def table_row(label: str, example: str, results: list[dict[str, Any]]) -> str:
         f"{mean([result['wall_s'] / 60 for result in results]):.1f}",
         f"{max(result['peak_rss_gib'] for result in results):.1f}",
         f"{mean([result['signal_share'] for result in results]):.0%}",
+        "/".join(sorted({engine_dtype(result) for result in results})),
     ]
     return "| " + " | ".join(cells) + " |"
 
