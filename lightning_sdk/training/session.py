@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
-from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.connections import (
     TRAINER_UPSTREAM_SETTING,
@@ -30,6 +29,7 @@ from lightning_sdk.training.distributed import Distributed
 from lightning_sdk.training.event_loop import RunLoop
 from lightning_sdk.training.rollout import Rollout
 from lightning_sdk.training.run_dir import write_rank_info
+from lightning_sdk.training.run_episodes import RunEpisodes
 
 if TYPE_CHECKING:
     import torch
@@ -39,9 +39,7 @@ if TYPE_CHECKING:
     from lightning_sdk.training.metrics import MetricsWriter
     from lightning_sdk.training.remote import RemoteRollouts
 
-__all__ = ["EVALUATIONS_FILE", "TrainingSession"]
-
-EVALUATIONS_FILE = "evaluations.sqlite"
+__all__ = ["TrainingSession"]
 
 log = logging.getLogger("lightning_sdk.training")
 T = TypeVar("T")
@@ -61,9 +59,8 @@ class TrainingSession:
     tokenizer: Any
     """The engine's Hugging Face tokenizer (slow or fast: transformers gives them no common type)."""
     metrics: MetricsWriter | None
-    episodes: EpisodeStore | None
-    evaluations: EpisodeStore | None
-    """`run_dir/evaluations.sqlite`: every validation episode, with the step it evaluated (rank 0)."""
+    episodes: RunEpisodes | None
+    """The run's training and validation episode files (rank 0; None on other ranks)."""
     sampling: SamplingPolicy
     distributed: Distributed
     owns_engine: bool = True
@@ -74,9 +71,8 @@ class TrainingSession:
     """Rollouts on runners (set by `use_runners`); None: rollouts in this process."""
     loop: RunLoop = field(default_factory=RunLoop)
     """The event loop every rollout and evaluation of the run runs on."""
-    store_full: bool = False
     warned_too_long: bool = False
-    """The episode store reached `config.episode_store_max_mb`; later steps' episodes are not stored."""
+    """The warning about samples over `config.max_sample_tokens` was given (it is given once per run)."""
 
     @classmethod
     def start(
@@ -138,13 +134,12 @@ class TrainingSession:
         optimizer = build_optimizer(policy, config)
         scheduler = build_scheduler(optimizer, config)
         metrics = None
-        episodes = evaluations = None
+        episodes = None
         if distributed.is_main:
             metrics = MetricsWriter(
                 run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project
             )
-            episodes = EpisodeStore(run_dir / "episodes.sqlite", max_size_mb=config.episode_store_max_mb)
-            evaluations = EpisodeStore(run_dir / EVALUATIONS_FILE, max_size_mb=config.episode_store_max_mb)
+            episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
         return cls(
             config,
             run_dir,
@@ -155,7 +150,6 @@ class TrainingSession:
             engine.tokenizer,
             metrics,
             episodes,
-            evaluations,
             sampling,
             distributed,
             owns_engine=owns_engine,
@@ -360,12 +354,8 @@ class TrainingSession:
         )
         cursor.restore(state["data"])
         step = int(state["step"])
-        for store in (self.episodes, self.evaluations):  # what the killed run stored for steps it redoes
-            dropped = store.discard_steps_after(self.run_dir.name, step) if store is not None else 0
-            if dropped:
-                log.info(
-                    "dropped %d episodes of steps after %d, stored before the run stopped", dropped, step
-                )
+        if self.episodes is not None:  # what the killed run stored for the steps it redoes
+            self.episodes.discard_steps_after(step)
         if self.metrics is not None:  # drop records written after the checkpoint by the killed run
             from lightning_sdk.training.metrics import MetricsWriter
 
@@ -386,40 +376,14 @@ class TrainingSession:
         return self.metrics.log(step, record) if self.metrics is not None else dict(record)
 
     def keep_episodes(self, step: int, rollouts: list[Rollout]) -> dict[str, int]:
-        """Store the step's episodes in `run_dir/episodes.sqlite` for reports and later analysis.
-
-        Returns `{"episodes_not_stored": n}`: at the store's size limit the run keeps training and stops
-        storing (warned once)."""
-        if self.episodes is None:
-            return {}
-        for rollout in rollouts:
-            rollout.episode.run_id = self.run_dir.name
-            rollout.episode.metadata.update(
-                step=step, task_index=rollout.task_index, sample=rollout.sample_index
-            )
-        if self.store_full:
-            return {"episodes_not_stored": len(rollouts)}
-        try:
-            self.episodes.add_many(rollout.episode for rollout in rollouts)
-        except EpisodeStoreFull as full:
-            self.store_full = True
-            log.warning("Step %d: %s Training goes on without storing episodes.", step, full)
-            return {"episodes_not_stored": len(rollouts)}
-        return {"episodes_not_stored": 0}
+        """Store the step's episodes in `run_dir/episodes.sqlite` (rank 0); returns
+        `{"episodes_not_stored": n}`, nonzero once the file reached its size limit (see `RunEpisodes`)."""
+        return self.episodes.keep_training(step, rollouts) if self.episodes is not None else {}
 
     def keep_evaluation(self, step: int, rollouts: list[Rollout]) -> None:
-        """Store the validation episodes of the evaluation after `step` in `run_dir/evaluations.sqlite`
-        (what the agent did on held-out tasks; `metadata["step"]` and `task_index`). At the size limit
-        they are left out, with a warning."""
-        if self.evaluations is None:
-            return
-        for rollout in rollouts:
-            rollout.episode.run_id = self.run_dir.name
-            rollout.episode.metadata.update(step=step, task_index=rollout.task_index, evaluation=True)
-        try:
-            self.evaluations.add_many(rollout.episode for rollout in rollouts)
-        except EpisodeStoreFull as full:
-            log.warning("Evaluation after step %d: %s Its episodes are not stored.", step, full)
+        """Store the validation episodes of the evaluation after `step` in `run_dir/evaluations.sqlite`."""
+        if self.episodes is not None:
+            self.episodes.keep_evaluation(step, rollouts)
 
     def progress(self, start_step: int) -> Any:
         from lightning_sdk.training.metrics import ProgressBar
@@ -437,9 +401,8 @@ class TrainingSession:
         """Stop the server and engine, close the metrics and episode files."""
         if self.metrics is not None:
             self.metrics.close()
-        for store in (self.episodes, self.evaluations):
-            if store is not None:
-                store.close()
+        if self.episodes is not None:
+            self.episodes.close()
         if self.remote is not None:
             self.remote.close()
         self.loop.close()
