@@ -98,6 +98,7 @@ def run_worker(args: argparse.Namespace) -> None:
         ),
         "held_out": held_out_details(args.example, run_dir),
         "engine_dtype": read_run_info(run_dir)["starts"][-1].get("engine_dtype"),
+        "cpu": cpu(),
         "run_dir": str(run_dir),
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": commit,
@@ -239,7 +240,8 @@ def write_table(command: str) -> None:
         "",
         f"Written by `{' '.join(['python benchmarks/learning.py', command]).strip()}`"
         + f" on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())};",
-        f"machine: {machine()}. Held-out reward is greedy, on tasks never trained on; mean ± sd over seeds",
+        f"machine writing it: {machine()}; each seed's CPU is listed below.",
+        "Held-out reward is greedy, on tasks never trained on; mean ± sd over seeds",
         "(sample standard deviation), worst = the seed with the lowest trained reward. Each seed seeds the",
         "example's data and the trainer. Training = the steps' time (rollout, update, weight sync); wall =",
         "the whole process (imports, engine start, every evaluation).",
@@ -262,7 +264,8 @@ def write_table(command: str) -> None:
             lines.append(
                 f"  - seed {result['seed']}: {result['base']:.3f} -> {result['trained']:.3f}; curve {curve}; "
                 f"{result['steps']} steps; load average at the end {result['load_average_at_end']:.1f}; "
-                f"commit {result['commit']}; held-out after: {details}"
+                f"commit {result['commit']}; CPU: {result.get('cpu', 'not recorded')}; "
+                f"held-out after: {details}"
             )
         plot(label, example, results)
     TABLE.write_text("\n".join(lines) + "\n")
@@ -362,7 +365,23 @@ def git_commit() -> str:
 
 def machine() -> str:
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} CPU cores, {memory_gib:.0f} GiB, no GPU ({platform.machine()})"
+    return f"{os.cpu_count()} CPU cores, {memory_gib:.0f} GiB, no GPU ({platform.machine()}, {cpu()})"
+
+
+def cpu() -> str:
+    """The CPU's model name and whether it has bfloat16 arithmetic (AVX512-BF16 or AMX): with it vLLM
+    samples in bfloat16 at full speed, without it the engine serves in float32 (see engine/placement.py),
+    so the same configuration's step time differs severalfold between the two."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    names = [line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")]
+    flags = set(
+        next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    )
+    bf16 = "bfloat16 arithmetic" if flags & {"avx512_bf16", "amx_bf16"} else "no bfloat16 arithmetic"
+    return f"{names[0] if names else platform.machine()}, {bf16}"
 
 
 def main() -> None:
