@@ -58,11 +58,21 @@ Answer each question with one SQL query in a ```sql block."""
 # Worked examples shown as earlier turns of the chat. Without them the 135M model answers in prose
 # ("The salary of Dora is 112000.") instead of writing SQL; with them it writes a ```sql block almost
 # every time. They use other questions than the templates, so the model still has to pick the table,
-# the column and the filter itself.
+# the column and the filter itself. The last two show an aggregate and an ORDER BY ... LIMIT: with only
+# the first three, 1-3% of sampled queries for such questions were right, too few for a group of 8 to
+# have a reward spread; with them 8-15% (base model, 4 samples of each training question, seeds 0-2).
 FEW_SHOT: tuple[tuple[str, str], ...] = (
     ("Which employee is 30 years old?", "SELECT name FROM employees WHERE age = 30"),
     ("How many departments are on floor 3?", "SELECT COUNT(*) FROM departments WHERE floor = 3"),
     ("What is the id of the employee called Anna?", "SELECT id FROM employees WHERE name = 'Anna'"),
+    (
+        "What is the average age in the Sales department?",
+        "SELECT AVG(age) FROM employees WHERE department = 'Sales'",
+    ),
+    (
+        "Who is the oldest employee in the Sales department?",
+        "SELECT name FROM employees WHERE department = 'Sales' ORDER BY age DESC LIMIT 1",
+    ),
 )
 
 REVISE_PROMPT = "That query failed with the error: {error}\nWrite a corrected query in a ```sql block."
