@@ -6,6 +6,7 @@ and worst seed. Written to benchmarks/results/learning.md (table) and benchmarks
     python benchmarks/learning.py --only quickstart --seeds 0 1 2 3 4
     python benchmarks/learning.py --only quickstart --label ds2 --set dynamic_sampling_rounds=2
     python benchmarks/learning.py --table                          # only rewrite the table and plots
+    python benchmarks/learning.py --table --refresh-details        # also re-read kept run folders
 
 Each seed trains in its own process (so one seed's memory or crash does not touch the next, and its
 peak RSS is its own), seeding both the example's data and the trainer. A sweep resumes where it
@@ -97,6 +98,7 @@ def run_worker(args: argparse.Namespace) -> None:
             [record["rollout_rounds"] for record in history if "rollout_rounds" in record]
         ),
         "held_out": held_out_details(args.example, run_dir),
+        "training_rollouts": training_details(args.example, run_dir),
         "engine_dtype": read_run_info(run_dir)["starts"][-1].get("engine_dtype"),
         "cpu": cpu(),
         "run_dir": str(run_dir),
@@ -148,17 +150,51 @@ def held_out_details(example: str, run_dir: Path) -> dict[str, Any]:
     return details
 
 
-def breakdown(example: str, episodes: list[Any]) -> dict[str, Any]:
-    def solved(episode: Any) -> bool:
-        return episode.reward is not None and episode.reward >= 1.0
+def training_details(example: str, run_dir: Path) -> dict[str, Any]:
+    """SQL only: how often the training rollouts of each kind of question were right, in the first and
+    the last quarter of the steps. Thousands of sampled queries against the held-out set's one or two
+    questions per kind, so this is where a kind that rises or falls shows first."""
+    from lightning_sdk.tracing.store import EpisodeStore
 
+    path = run_dir / "episodes.sqlite"
+    if example != "sql_langchain" or not path.exists():
+        return {}
+    with EpisodeStore(path) as store:
+        episodes = store.episodes()
+    steps = sorted({episode.metadata.get("step", 0) for episode in episodes})
+    quarter = max(1, len(steps) // 4)
+    details: dict[str, Any] = {}
+    for when, chosen in (("first", steps[:quarter]), ("last", steps[-quarter:])):
+        picked = [episode for episode in episodes if episode.metadata.get("step") in chosen]
+        details[f"steps {chosen[0]}-{chosen[-1]}"] = solved_per_kind(picked)
+    return details
+
+
+def solved_per_kind(episodes: list[Any]) -> dict[str, list[int]]:
+    """SQL: [right, asked] per kind of question (`KINDS` of the example's data)."""
+    from lightning_sdk.examples.sql_langchain.data import KINDS
+
+    kind_of = {template: kind for kind, templates in KINDS.items() for template in templates}
+    counts: dict[str, list[int]] = {kind: [0, 0] for kind in KINDS}
+    for episode in episodes:
+        kind = episode.task.get("kind") or kind_of[episode.task["template"]]  # tasks before the field
+        counts[kind][0] += solved(episode)
+        counts[kind][1] += 1
+    return counts
+
+
+def solved(episode: Any) -> bool:
+    return episode.reward is not None and episode.reward >= 1.0
+
+
+def breakdown(example: str, episodes: list[Any]) -> dict[str, Any]:
     if example == "sql_langchain":
         by_template: dict[str, list[int]] = {}
         for episode in episodes:
             counts = by_template.setdefault(str(episode.task.get("template")), [0, 0])
             counts[0] += solved(episode)
             counts[1] += 1
-        return {"solved_per_template": by_template}
+        return {"solved_per_template": by_template, "solved_per_kind": solved_per_kind(episodes)}
     if example == "rag_openai_agents":
         searches = [count_tool_calls(episode) for episode in episodes]
         by_hops: dict[str, list[float]] = {}
@@ -252,6 +288,9 @@ def write_table(command: str) -> None:
     ]
     ordered = sorted(grouped.items(), key=lambda item: (item[0][1], item[0][0]))
     lines += [table_row(label, example, results) for (label, example), results in ordered]
+    lines += sql_kinds_section(
+        [(label, results) for (label, example), results in ordered if example == "sql_langchain"]
+    )
     lines += ["", "Per seed (validation curve: step:reward):", ""]
     for (label, example), results in ordered:
         overrides = results[0]["overrides"]
@@ -270,6 +309,75 @@ def write_table(command: str) -> None:
         plot(label, example, results)
     TABLE.write_text("\n".join(lines) + "\n")
     print(f"table: {TABLE}")
+
+
+def sql_kinds_section(configurations: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """The SQL example per kind of question: held-out questions solved before and after in each seed,
+    and the share of training rollouts that were right in the first and the last quarter of the steps."""
+    lines = [
+        "",
+        "Text-to-SQL per kind of question: held-out solved/asked, each seed (seeds in order), before -> "
+        "after; then training rollouts right, all seeds together, first -> last quarter of the steps.",
+        "",
+        "| label | kind | held-out before | held-out after | seeds above 0 after | training rollouts right |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, results in configurations:
+        for kind in kind_names(results):
+            before = [kind_counts(result, "base", kind) for result in results]
+            after = [kind_counts(result, "trained", kind) for result in results]
+            lines.append(
+                f"| {label} | {kind} | {' '.join(f'{a}/{b}' for a, b in before)} | "
+                f"{' '.join(f'{a}/{b}' for a, b in after)} | {sum(1 for a, _ in after if a > 0)} of "
+                f"{len(results)} | {training_trend(results, kind)} |"
+            )
+    return lines if len(lines) > 6 else []
+
+
+def kind_names(results: list[dict[str, Any]]) -> list[str]:
+    names: list[str] = []
+    for result in results:
+        for kind in (result.get("held_out", {}).get("trained") or {}).get("solved_per_kind", {}):
+            if kind not in names:
+                names.append(kind)
+    return names
+
+
+def kind_counts(result: dict[str, Any], when: str, kind: str) -> tuple[int, int]:
+    counts = (result.get("held_out", {}).get(when) or {}).get("solved_per_kind", {}).get(kind, [0, 0])
+    return counts[0], counts[1]
+
+
+def training_trend(results: list[dict[str, Any]], kind: str) -> str:
+    """`right/asked (share) -> right/asked (share)` over the seeds that kept their training rollouts."""
+    totals = {"first": [0, 0], "last": [0, 0]}
+    for result in results:
+        quarters = list((result.get("training_rollouts") or {}).items())
+        if len(quarters) != 2:
+            return "not recorded"
+        for when, (_, counts) in zip(("first", "last"), quarters, strict=True):
+            totals[when][0] += counts[kind][0]
+            totals[when][1] += counts[kind][1]
+    return " -> ".join(
+        f"{right}/{asked} ({right / asked:.0%})" if asked else "0/0" for right, asked in totals.values()
+    )
+
+
+def refresh_details() -> None:
+    """Recompute the held-out and training breakdowns of finished seeds from their kept run folders
+    (runs/learning/...), e.g. after a new breakdown was added; seeds without a folder stay as they are."""
+    for path in sorted(SEEDS_DIR.glob("*/*/seed*.json")):
+        result = json.loads(path.read_text())
+        run_dir = Path(result["run_dir"])
+        if (
+            not run_dir.exists()
+            or run_dir != RUNS / result["label"] / result["example"] / f"seed{result['seed']}"
+        ):
+            continue  # gone, or a relabelled result whose folder now holds another configuration's run
+        result["held_out"] = held_out_details(result["example"], run_dir)
+        result["training_rollouts"] = training_details(result["example"], run_dir)
+        path.write_text(json.dumps(result, indent=1))
+        print(f"refreshed {path.relative_to(ROOT)}")
 
 
 def table_row(label: str, example: str, results: list[dict[str, Any]]) -> str:
@@ -394,6 +502,11 @@ def main() -> None:
     )
     parser.add_argument("--model", default=None, help="Hugging Face model (default: the bundled 135M model)")
     parser.add_argument("--table", action="store_true", help="only rewrite the table and plots")
+    parser.add_argument(
+        "--refresh-details",
+        action="store_true",
+        help="with --table: first recompute the per-kind breakdowns from the kept run folders",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--example", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -401,6 +514,8 @@ def main() -> None:
     if args.worker:
         run_worker(args)
     elif args.table:
+        if args.refresh_details:
+            refresh_details()
         write_table("--table")
     else:
         run_sweep(args)

@@ -12,7 +12,13 @@ import pytest
 
 import lightning_sdk as ls
 from lightning_sdk.examples.sql_langchain.agent import AGENT_NAME, prompt_messages, sql_agent, sql_reward
-from lightning_sdk.examples.sql_langchain.data import TEMPLATES, all_questions, build_database, make_splits
+from lightning_sdk.examples.sql_langchain.data import (
+    KINDS,
+    TEMPLATES,
+    all_questions,
+    build_database,
+    make_splits,
+)
 from lightning_sdk.examples.sql_langchain.sql_tools import extract_sql, results_match, run_query
 from tests.fixtures.openai_server import OpenAITestServer, Reply
 
@@ -59,6 +65,10 @@ def test_splits_are_reproducible_disjoint_and_cover_every_question(db_path: Path
     # The held-out set asks the training set's kinds of questions, about other values.
     assert {task["template"] for task in test} <= {task["template"] for task in train}
     assert {task["template"] for task in everything} == {template.name for template in TEMPLATES}
+    # Every template has exactly one kind, and each task carries its template's kind.
+    kinds = [template for templates in KINDS.values() for template in templates]
+    assert sorted(kinds) == sorted(template.name for template in TEMPLATES)
+    assert all(task["template"] in KINDS[task["kind"]] for task in everything)
 
 
 def test_every_gold_query_returns_rows(db_path: Path) -> None:

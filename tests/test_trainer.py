@@ -302,3 +302,6 @@ def test_fit_rejects_bad_input_before_starting_an_engine(tmp_path: Path) -> None
         trainer.fit(solver, {"question": "one task"})
     with pytest.raises(ValueError, match="resume=True needs"):
         ls.Trainer(config=ls.TrainerConfig()).fit(solver, TASKS, resume=True)
+    balanced = ls.Trainer(config=small_config(tmp_path / "run", balance_by="kind"))
+    with pytest.raises(ValueError, match=r"balance_by='kind', but task 0 \(a dict\) has no field 'kind'"):
+        balanced.fit(solver, TASKS)

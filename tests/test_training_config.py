@@ -19,8 +19,14 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
     def by_length(episode, calls):
         return [1.0] * len(calls)
 
-    config = TrainerConfig(train_agents=["planner"], report_to=["tensorboard"], credit=by_length)
+    def kind(task):
+        return task["kind"]
+
+    config = TrainerConfig(
+        train_agents=["planner"], report_to=["tensorboard"], credit=by_length, balance_by=kind
+    )
     assert config.train_agents == ("planner",)
+    assert config.to_dict()["balance_by"].endswith("kind")
     assert config.report_to == ("tensorboard",)
     assert config.to_dict()["credit"].endswith("by_length")
     assert config.to_dict()["train_agents"] == ["planner"]
@@ -64,6 +70,8 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
         ),
         ({"dynamic_sampling_rounds": 1.5}, "dynamic_sampling_rounds=1.5 must be an integer"),
         ({"dtype": "int8"}, "dtype='int8' is not one of"),
+        ({"balance_by": ""}, "balance_by='' must be a task field name (a non-empty string), a function"),
+        ({"balance_by": 3}, "balance_by=3 must be a task field name"),
         ({"max_sample_tokens": 1}, "max_sample_tokens=1 must be an integer >= 2"),
         ({"max_sample_tokens": 512.0}, "max_sample_tokens=512.0 must be an integer >= 2"),
         ({"episode_store_max_mb": 0}, "episode_store_max_mb=0 must be a positive number of megabytes"),

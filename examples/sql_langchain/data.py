@@ -6,7 +6,8 @@ a few dozen rows; salaries and ages are unique so "the highest"/"the oldest" has
 instances whose gold query returns nothing, and splits the instances, shuffled by `seed`, into disjoint
 train and held-out test sets. A task is a plain dict:
 
-    {"id": "count_dept:Sales", "template": "count_dept", "question": "How many employees work in ...?",
+    {"id": "count_dept:Sales", "template": "count_dept", "kind": "aggregate",
+     "question": "How many employees work in ...?",
      "gold_sql": "SELECT COUNT(*) FROM employees WHERE department = 'Sales'", "ordered": False,
      "db_path": "/home/.../company-0.sqlite"}
 """
@@ -24,6 +25,7 @@ from typing import Any
 __all__ = [
     "CITIES",
     "DEPARTMENTS",
+    "KINDS",
     "TEMPLATES",
     "Template",
     "all_questions",
@@ -253,6 +255,26 @@ TEMPLATES: tuple[Template, ...] = (
     ),
 )
 
+KINDS: dict[str, tuple[str, ...]] = {
+    "lookup": ("salary_of", "age_of", "dept_of", "city_of", "budget_of"),
+    "aggregate": (
+        "count_dept",
+        "count_city",
+        "count_older",
+        "max_salary_dept",
+        "min_salary_dept",
+        "avg_salary_dept",
+        "max_age_city",
+    ),
+    "ordering": ("top_paid_dept", "youngest_city", "names_by_salary"),
+    "list": ("names_dept_city",),
+    "join": ("floor_of",),
+}
+"""The skill each template asks for, the way results are reported: one column of one row found by a
+filter (`lookup`), COUNT/MIN/MAX/AVG (`aggregate`), ORDER BY (`ordering`), several rows under two
+filters (`list`), and the one question that needs both tables (`join`)."""
+_KIND_OF = {template: kind for kind, templates in KINDS.items() for template in templates}
+
 _SLOT_VALUES: dict[str, tuple[Any, ...]] = {
     "dept": DEPARTMENTS,
     "city": CITIES,
@@ -285,6 +307,7 @@ def all_questions(db_path: str | Path) -> list[dict[str, Any]]:
                     {
                         "id": f"{template.name}:" + ",".join(str(filling[slot]) for slot in template.slots),
                         "template": template.name,
+                        "kind": _KIND_OF[template.name],
                         "question": template.question.format(**filling),
                         "gold_sql": gold_sql,
                         "ordered": template.ordered,

@@ -47,6 +47,11 @@ class TrainerConfig:
     spans `max_steps`."""
     shuffle: bool = True
     """Shuffle the training tasks (with `seed`) at the start of each pass over the dataset."""
+    balance_by: str | Callable[[Any], Any] | None = None
+    """Draw the kinds of task evenly: a task field name (`"template"` for dict tasks) or a function of
+    the task; tasks with equal values form a kind, and every step's tasks cycle through the kinds in a
+    shuffled order, each kind through its own tasks. Use it when a few easy kinds would fill most steps
+    (e.g. 70% of the tasks are lookups the model already gets right). `None`: every task once per pass."""
     seed: int = 0
     """Seed of Python, NumPy and torch random generators (data order, LoRA init, dropout)."""
 
@@ -209,10 +214,12 @@ class TrainerConfig:
             raise ValueError(f"TrainerConfig: {problem}")
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (a callable `credit` is written as its qualified name)."""
+        """A JSON-ready dict (a callable `credit` or `balance_by` is written as its qualified name)."""
         data = asdict(self)
         if callable(self.credit):
             data["credit"] = getattr(self.credit, "__qualname__", repr(self.credit))
+        if callable(self.balance_by):
+            data["balance_by"] = getattr(self.balance_by, "__qualname__", repr(self.balance_by))
         data["lora_target_modules"] = (
             self.lora_target_modules
             if isinstance(self.lora_target_modules, str)

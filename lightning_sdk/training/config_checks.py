@@ -86,6 +86,15 @@ def _check_int_fields(config: Any) -> str | None:
     return None
 
 
+def _check_balance_by(config: Any) -> str | None:
+    key = config.balance_by
+    if key is None or callable(key) or (isinstance(key, str) and key):
+        return None
+    return (
+        f"balance_by={key!r} must be a task field name (a non-empty string), a function of the task, or None."
+    )
+
+
 def _check_limits(config: Any) -> str | None:
     tokens = config.max_sample_tokens
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 2):
@@ -241,6 +250,7 @@ def _check_upstream(config: Any) -> str | None:
 
 _CHECKS: list[Check] = [
     _check_int_fields,
+    _check_balance_by,
     _check_limits,
     _check_group_size,
     _at_least("batch_size", 1, "a step needs at least one task"),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_sdk.training.config import TrainerConfig
-from lightning_sdk.training.data import TaskCursor, materialize_tasks
+from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
 from lightning_sdk.training.diagnostics import StepDiagnostics
 from lightning_sdk.training.evaluation import evaluate_agent
 from lightning_sdk.training.prepare import apply_error_policy, group_has_signal, reward_stats
@@ -111,6 +111,8 @@ class Trainer:
         config = self.config
         tasks = materialize_tasks(train_dataset, "train_dataset")
         val_tasks = materialize_tasks(val_dataset, "val_dataset") if val_dataset is not None else None
+        if config.balance_by is not None:
+            group_tasks(tasks, config.balance_by)  # a task without the key fails here, before the model loads
         if resume and config.run_dir is None:
             raise ValueError("resume=True needs TrainerConfig(run_dir=...) naming the run to continue.")
         run_dir = make_run_dir(config.run_dir)
@@ -157,7 +159,13 @@ class _Loop:
         session.use_runners(agent)
         config = session.config
         self.config = config
-        self.cursor = TaskCursor(tasks, config.batch_size * session.world_size, config.shuffle, config.seed)
+        self.cursor = TaskCursor(
+            tasks,
+            config.batch_size * session.world_size,
+            config.shuffle,
+            config.seed,
+            balance_by=config.balance_by,
+        )
         self.start_step = session.restore(self.cursor) if resume else 0
         self.result = FitResult(run_dir=session.run_dir, adapter_path=session.adapter_dir)
         self.diagnostics = StepDiagnostics(session.endpoint.base_url)
