@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     # the run grew past 12 GB and was OOM-killed on this shared 24 GB machine; with 2 it peaks at 7-8 GB
     # (engine included). Fewer sequences per pass also share each prompt's forward pass with fewer others.
     "micro_batch_size": 2,
+    "balance_by": None,
 }
 """The measured configuration (see README.md); `train(**overrides)` replaces any field."""
 
@@ -89,6 +90,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"], help="questions per step")
     parser.add_argument("--group-size", type=int, default=DEFAULTS["group_size"], help="queries per question")
     parser.add_argument("--test-size", type=int, default=48, help="about how many held-out questions")
+    parser.add_argument(
+        "--balance-by",
+        default=DEFAULTS["balance_by"],
+        help="draw the training questions evenly across this task field, e.g. 'template' or 'kind' "
+        f"(default: {DEFAULTS['balance_by']}; 'none' draws every question once per pass)",
+    )
     parser.add_argument("--data-dir", default=None, help="where to build the database (default: cache)")
     parser.add_argument("--no-curve", action="store_true", help="do not copy the curve into the example")
     args = parser.parse_args()
@@ -101,6 +108,7 @@ def main() -> None:
         curve_to=None if args.no_curve else EXAMPLE_DIR / "reward_curve.png",
         batch_size=args.batch_size,
         group_size=args.group_size,
+        balance_by=None if args.balance_by in (None, "none") else args.balance_by,
     )
     print(
         f"held-out reward (greedy, {summary['test_questions']} questions): "
