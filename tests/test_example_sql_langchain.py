@@ -301,7 +301,6 @@ def test_two_training_steps_end_to_end(vllm_engine: Any, tmp_path: Path) -> None
             max_tokens=48,
             eval_every=0,
             progress_bar=False,
-            balance_by="template",
         )
     finally:
         vllm_engine.load_adapter(None, version=None)
@@ -317,8 +316,9 @@ def test_two_training_steps_end_to_end(vllm_engine: Any, tmp_path: Path) -> None
         episodes = [episode for episode in store.episodes() if episode.name == "sql_agent"]
     assert len(episodes) >= 12
     assert all(episode.reward in (0.0, 1.0) for episode in episodes)
-    # Balanced by template: the 4 questions of the 2 steps come from one round over the 17 templates,
-    # so they are 4 different templates, although 5 of them make up most of the training questions.
+    # Balanced by template (the example's default): the 4 questions of the 2 steps come from one round
+    # over the 17 templates, so they are 4 different templates, although 5 of them make up most of the
+    # training questions.
     assert len({episode.task["template"] for episode in episodes}) == 4
     calls = [call for episode in episodes for call in episode.calls]
     assert calls and all(call.agent_name == AGENT_NAME and call.trainable for call in calls)

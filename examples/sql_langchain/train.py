@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULTS", "make_config", "train"]
+__all__ = ["DEFAULTS", "STEPS", "make_config", "train"]
 
 EXAMPLE_DIR = Path(__file__).resolve().parent
 
@@ -24,13 +24,20 @@ DEFAULTS: dict[str, Any] = {
     "eval_every": 5,
     "save_every": 0,
     "seed": 0,
-    # Prompts are ~340 tokens (schema, example rows, worked examples): with 8 sequences per forward pass
+    # Prompts are ~430 tokens (schema, example rows, worked examples): with 8 sequences per forward pass
     # the run grew past 12 GB and was OOM-killed on this shared 24 GB machine; with 2 it peaks at 7-8 GB
     # (engine included). Fewer sequences per pass also share each prompt's forward pass with fewer others.
     "micro_batch_size": 2,
-    "balance_by": None,
+    # Draw the 17 question templates evenly: drawn as they come, five "... of X" templates make up more
+    # than half of the questions and the policy learns only their pattern; balanced, aggregates and
+    # orderings rise too (README.md, "Measured over seeds").
+    "balance_by": "template",
 }
 """The measured configuration (see README.md); `train(**overrides)` replaces any field."""
+
+STEPS = 30
+"""Training steps of the measured configuration: balanced, held-out reward still rose between steps 20
+and 30 in every seed (0.64-0.72 -> 0.68-0.74)."""
 
 
 def make_config(steps: int, run_dir: str | None, **overrides: Any) -> Any:
@@ -41,7 +48,7 @@ def make_config(steps: int, run_dir: str | None, **overrides: Any) -> Any:
 
 
 def train(
-    steps: int = 20,
+    steps: int = STEPS,
     run_dir: str | None = None,
     *,
     model: str | None = None,
@@ -84,7 +91,7 @@ def train(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20, help="training steps (default: 20)")
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"training steps (default: {STEPS})")
     parser.add_argument("--run-dir", default=None, help="run folder (default: runs/<date-time>)")
     parser.add_argument("--model", default=None, help="Hugging Face model (default: the bundled 135M model)")
     parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"], help="questions per step")
