@@ -28,9 +28,9 @@ DEFAULTS: dict[str, Any] = {
     # the run grew past 12 GB and was OOM-killed on this shared 24 GB machine; with 2 it peaks at 7-8 GB
     # (engine included). Fewer sequences per pass also share each prompt's forward pass with fewer others.
     "micro_batch_size": 2,
-    # Draw the 17 question templates evenly: drawn as they come, five "... of X" templates make up more
-    # than half of the questions and the policy learns only their pattern; balanced, aggregates and
-    # orderings rise too (README.md, "Measured over seeds").
+    # Draw the 17 question templates evenly: drawn as they come, the four "... of X" lookups (29
+    # questions each) make up more than half of the questions and the policy learns only their pattern;
+    # balanced, aggregates and orderings rise too (README.md, "Measured over seeds").
     "balance_by": "template",
 }
 """The measured configuration (see README.md); `train(**overrides)` replaces any field."""
