@@ -72,7 +72,7 @@ def train_one(
 
 def run_worker(args: argparse.Namespace) -> None:
     """The child process: train one seed and write its result file."""
-    from lightning_sdk.training.run_dir import read_run_info
+    from lightning_sdk.training.records.run_dir import read_run_info
 
     started = time.perf_counter()
     commit = git_commit()  # the code this seed runs (the tree may change while it trains)
@@ -114,7 +114,7 @@ def run_worker(args: argparse.Namespace) -> None:
 
 
 def read_history(run_dir: Path) -> list[dict[str, Any]]:
-    from lightning_sdk.training.metrics import read_metrics
+    from lightning_sdk.training.records.metrics import read_metrics
 
     return [record for record in read_metrics(run_dir) if "reward_mean" in record]
 
@@ -127,7 +127,7 @@ def engine_dtype(result: dict[str, Any]) -> str:
 
 def signal_share(history: list[dict[str, Any]]) -> float:
     """Mean over steps of the share of rolled-out groups that carried a learning signal."""
-    from lightning_sdk.training.report import signal_share as per_step
+    from lightning_sdk.training.records.report import signal_share as per_step
 
     return mean([share for _, share in per_step(history)])
 

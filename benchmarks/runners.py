@@ -29,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the agents modul
 from benchmarks.runner_agents import cpu_tool, trivial
 from lightning_sdk.engine import TransformersEngine
 from lightning_sdk.rollouts import RolloutQueue
+from lightning_sdk.rollouts.in_process import run_rollouts
 from lightning_sdk.rollouts.ray_runners import RayRunners
+from lightning_sdk.rollouts.remote import RemoteRollouts
 from lightning_sdk.rollouts.routes import install_rollout_routes
 from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
 from lightning_sdk.serving import start_server
-from lightning_sdk.training.remote import RemoteRollouts
-from lightning_sdk.training.rollout import run_rollouts
 
 RESULTS = Path(__file__).parent / "results" / "runners.md"
 

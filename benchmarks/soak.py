@@ -188,7 +188,7 @@ class Sampler(threading.Thread):
 
 def run_training(steps: int) -> dict:
     from lightning_sdk.examples.calc_autogen.train import train
-    from lightning_sdk.training.metrics import read_metrics
+    from lightning_sdk.training.records.metrics import read_metrics
 
     sampler = Sampler(interval=2.0)
     sampler.start()

@@ -25,7 +25,7 @@ import torch
 
 
 def build_samples(tokenizer, prompts: int, group: int, completion_tokens: int) -> list:
-    from lightning_sdk.training.samples import Sample
+    from lightning_sdk.training.algorithm.samples import Sample
 
     rng = random.Random(0)
     samples = []
@@ -52,7 +52,7 @@ def build_samples(tokenizer, prompts: int, group: int, completion_tokens: int) -
 
 
 def timed_pass(model, batch, share_prompts: bool) -> tuple[float, float]:
-    from lightning_sdk.training.batching import token_logprobs
+    from lightning_sdk.training.update.batching import token_logprobs
 
     wall, cpu = time.perf_counter(), time.process_time()
     logprobs, _ = token_logprobs(model, batch, with_entropy=False, share_prompts=share_prompts)
@@ -74,9 +74,9 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from lightning_sdk.engine.models import resolve_model
-    from lightning_sdk.training.batching import collate
     from lightning_sdk.training.config import TrainerConfig
-    from lightning_sdk.training.lora import build_lora_model, load_base_model
+    from lightning_sdk.training.update.batching import collate
+    from lightning_sdk.training.update.lora import build_lora_model, load_base_model
 
     path = resolve_model(None).path
     tokenizer = AutoTokenizer.from_pretrained(str(path))

@@ -29,7 +29,7 @@ def summarize_fit(result: Any, *, report: bool = True, curve_to: str | Path | No
         "adapter": str(result.adapter_path),
     }
     if report:
-        from lightning_sdk.training.report import write_report
+        from lightning_sdk.training.records.report import write_report
 
         summary["report"] = str(write_report(result.run_dir))
         curve = Path(result.run_dir) / "validation.png"

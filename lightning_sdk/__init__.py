@@ -41,6 +41,7 @@ from lightning_sdk.tracing import (
     trace_agent,
     uninstrument_openai,
 )
+from lightning_sdk.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from lightning_sdk.rollouts.runners import Runners
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.trainer import Trainer
 
-__version__ = "0.1.0"
 
 __all__ = [
     "ContextThreadPoolExecutor",

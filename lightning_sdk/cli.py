@@ -130,7 +130,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from lightning_sdk.training.report import write_report
+    from lightning_sdk.training.records.report import write_report
 
     print(write_report(args.run_dir))
     return 0
@@ -139,11 +139,12 @@ def _run_report(args: argparse.Namespace) -> int:
 def _run_runner(args: argparse.Namespace) -> int:
     import os
 
-    from lightning_sdk.runner import load_agent, run_runner
+    from lightning_sdk.rollouts.runner import load_agent, run_runner
+    from lightning_sdk.rollouts.runners import KEY_VARIABLE
 
-    key = args.key or os.environ.get("LIGHTNING_SDK_KEY")
+    key = args.key or os.environ.get(KEY_VARIABLE)
     if not key:
-        raise ValueError("the run's key is needed: --key or LIGHTNING_SDK_KEY (the trainer prints it).")
+        raise ValueError(f"the run's key is needed: --key or {KEY_VARIABLE} (the trainer prints it).")
     try:
         run_runner(
             load_agent(args.agent),
@@ -159,7 +160,7 @@ def _run_runner(args: argparse.Namespace) -> int:
 
 
 def _load_object(spec: str) -> Any:
-    from lightning_sdk.runner.agents import load_agent
+    from lightning_sdk.rollouts.runner.agents import load_agent
 
     return load_agent(spec)
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from lightning_sdk.cli import main
-from lightning_sdk.training.metrics import read_metrics
+from lightning_sdk.training.records.metrics import read_metrics
 from tests.fixtures.runs import interruptible
 
 ROOT = Path(__file__).parents[1]

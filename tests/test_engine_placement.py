@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_sdk.engine.placement import auto_dtype, plan_placement, serving_dtype
-from lightning_sdk.training.distributed import Distributed
+from lightning_sdk.training.update.distributed import Distributed
 
 TORCHRUN_RANK_1 = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
 

@@ -279,7 +279,7 @@ def engine(vllm_engine: Any) -> Iterator[Any]:
 def test_two_training_steps_end_to_end(engine: Any, tmp_path: Path, agents_instrumentation: None) -> None:
     from lightning_sdk.examples.rag_openai_agents.train import train
     from lightning_sdk.tracing.store import EpisodeStore
-    from lightning_sdk.training.metrics import read_metrics
+    from lightning_sdk.training.records.metrics import read_metrics
 
     run_dir = tmp_path / "run"
     summary = train(

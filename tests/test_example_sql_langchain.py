@@ -285,7 +285,7 @@ def test_a_wrong_result_is_not_revised(db_path: Path, openai_server: OpenAITestS
 @pytest.mark.slow
 def test_two_training_steps_end_to_end(vllm_engine: Any, tmp_path: Path) -> None:
     from lightning_sdk.examples.sql_langchain.train import train
-    from lightning_sdk.training.metrics import read_metrics
+    from lightning_sdk.training.records.metrics import read_metrics
 
     run_dir = tmp_path / "run"
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lightning_sdk.examples.results import summarize_fit
-from lightning_sdk.training.metrics import MetricsWriter, read_metrics
+from lightning_sdk.training.records.metrics import MetricsWriter, read_metrics
 from lightning_sdk.training.trainer import FitResult
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_sdk.training.metrics import read_metrics
-from lightning_sdk.training.run_dir import read_rank_info
+from lightning_sdk.training.records.metrics import read_metrics
+from lightning_sdk.training.records.run_dir import read_rank_info
 from tests.fixtures.runs import check_two_rank_run, run_script
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_sdk.runner.agents import agent_reference, load_agent
+from lightning_sdk.rollouts.runner.agents import agent_reference, load_agent
 
 
 def test_a_module_function_is_found_by_its_reference(monkeypatch) -> None:

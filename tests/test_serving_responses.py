@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.training.metrics import read_metrics
+from lightning_sdk.training.records.metrics import read_metrics
 from tests.fixtures.greedy import assert_greedy_agrees, top_two_margins
 
 pytestmark = pytest.mark.slow

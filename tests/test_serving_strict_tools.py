@@ -12,7 +12,7 @@ import pytest
 
 import lightning_sdk as ls
 from lightning_sdk.serving.tool_grammar import tool_grammar
-from lightning_sdk.training.samples import build_samples
+from lightning_sdk.training.algorithm.samples import build_samples
 
 # Bounded fields: every answer the grammar allows fits in max_tokens, so the served tests hold for any sample.
 NUMBER = {"type": "integer", "minimum": 0, "maximum": 999}

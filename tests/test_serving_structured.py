@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import lightning_sdk as ls
-from lightning_sdk.training.samples import build_samples
+from lightning_sdk.training.algorithm.samples import build_samples
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import pytest
 from safetensors.torch import load_file
 
 import lightning_sdk as ls
-from lightning_sdk.training.metrics import read_metrics
-from lightning_sdk.training.report import write_report
+from lightning_sdk.training.records.metrics import read_metrics
+from lightning_sdk.training.records.report import write_report
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ import pytest
 from safetensors.torch import load_file
 
 import lightning_sdk as ls
-from lightning_sdk.training.metrics import read_metrics
+from lightning_sdk.training.records.metrics import read_metrics
 from tests.fixtures.runs import REPOSITORY
 
 pytestmark = pytest.mark.slow

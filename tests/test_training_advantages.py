@@ -4,7 +4,11 @@ import math
 
 import pytest
 
-from lightning_sdk.training.advantages import compute_advantages, group_advantages, weighted_group_stats
+from lightning_sdk.training.algorithm.advantages import (
+    compute_advantages,
+    group_advantages,
+    weighted_group_stats,
+)
 
 
 def test_equal_credit_reduces_to_grpo_over_episode_returns():

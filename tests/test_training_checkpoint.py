@@ -6,14 +6,14 @@ import numpy
 import pytest
 import torch
 
-from lightning_sdk.training.checkpoint import (
+from lightning_sdk.training.update.checkpoint import (
     find_latest_checkpoint,
     latest_adapter,
     list_checkpoints,
     load_checkpoint,
     save_checkpoint,
 )
-from lightning_sdk.training.optim import build_optimizer, build_scheduler, lr_factor
+from lightning_sdk.training.update.optim import build_optimizer, build_scheduler, lr_factor
 from tests.fixtures.training import tiny_lora_model
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.training.credit import (
+from lightning_sdk.training.algorithm.credit import (
     assign_credit,
     count_untrained_calls,
     episode_return,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.training.diagnostics import StepDiagnostics, step_problems
+from lightning_sdk.training.algorithm.diagnostics import StepDiagnostics, step_problems
 
 ENDPOINT = "http://127.0.0.1:8000/v1"
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lightning_sdk.training.lora import (
+from lightning_sdk.training.update.lora import (
     export_merged_model,
     load_adapter_weights,
     merged_state_dict,
@@ -76,7 +76,7 @@ def test_dtype_resolution():
 @pytest.mark.slow
 def test_bundled_model_merged_names_match_its_checkpoint(bundled_model_path):
     from lightning_sdk.training.config import TrainerConfig
-    from lightning_sdk.training.lora import build_lora_model, load_base_model
+    from lightning_sdk.training.update.lora import build_lora_model, load_base_model
 
     model = build_lora_model(load_base_model(bundled_model_path), TrainerConfig())
     checkpoint = {}

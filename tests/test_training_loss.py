@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from lightning_sdk.training.batching import collate, token_logprobs
-from lightning_sdk.training.loss import LossOptions, policy_loss, token_weights
-from lightning_sdk.training.samples import Sample
+from lightning_sdk.training.algorithm.samples import Sample
+from lightning_sdk.training.update.batching import collate, token_logprobs
+from lightning_sdk.training.update.loss import LossOptions, policy_loss, token_weights
 from tests.fixtures.training import tiny_llama, tiny_lora_model
 
 LOG = math.log

@@ -7,7 +7,12 @@ import math
 
 import pytest
 
-from lightning_sdk.training.metrics import EvaluationProgress, MetricsWriter, ProgressBar, read_metrics
+from lightning_sdk.training.records.metrics import (
+    EvaluationProgress,
+    MetricsWriter,
+    ProgressBar,
+    read_metrics,
+)
 
 
 def test_one_flushed_json_line_per_step(tmp_path):

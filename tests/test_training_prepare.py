@@ -3,8 +3,8 @@
 import pytest
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.training.algorithm.prepare import apply_error_policy, group_has_signal, prepare_samples
 from lightning_sdk.training.config import TrainerConfig
-from lightning_sdk.training.prepare import apply_error_policy, group_has_signal, prepare_samples
 
 ENDPOINT = "http://127.0.0.1:9000/v1"
 

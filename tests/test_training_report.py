@@ -9,8 +9,8 @@ import pytest
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.store import EpisodeStore
-from lightning_sdk.training.metrics import MetricsWriter, read_metrics
-from lightning_sdk.training.report import moving_average, signal_share, write_report
+from lightning_sdk.training.records.metrics import MetricsWriter, read_metrics
+from lightning_sdk.training.records.report import moving_average, signal_share, write_report
 
 
 def tool_call_episode(reward: float) -> Episode:

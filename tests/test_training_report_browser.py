@@ -15,8 +15,8 @@ import pytest
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.store import EpisodeStore
-from lightning_sdk.training.metrics import MetricsWriter
-from lightning_sdk.training.report import write_report
+from lightning_sdk.training.records.metrics import MetricsWriter
+from lightning_sdk.training.records.report import write_report
 
 CHROMIUM = shutil.which("chromium-headless-shell") or shutil.which("chromium")
 

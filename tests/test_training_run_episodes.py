@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.training.rollout import Rollout
-from lightning_sdk.training.run_episodes import RunEpisodes
+from lightning_sdk.rollouts.in_process import Rollout
+from lightning_sdk.training.records.run_episodes import RunEpisodes
 
 
 def rollouts(tasks: int, group_size: int, padding: int = 0) -> list[Rollout]:

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from lightning_sdk.tracing.episode import LLMCall
-from lightning_sdk.training.batching import collate, micro_batches
-from lightning_sdk.training.samples import Sample, build_samples, chain_calls
+from lightning_sdk.training.algorithm.samples import Sample, build_samples, chain_calls
+from lightning_sdk.training.update.batching import collate, micro_batches
 
 
 def call(prompt, completion, logprobs=None, agent="a"):

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from types import ModuleType
 
-from lightning_sdk.rollouts.runners import RunnerLaunch
+from lightning_sdk.rollouts.runners import KEY_VARIABLE, RunnerLaunch
 
 __all__ = ["RayRunners", "import_ray", "node_address"]
 
@@ -27,9 +27,9 @@ class _RunnerActor:
     def serve(
         self, agent: str, trainer_url: str, concurrency: int, episode_timeout_s: float, name: str
     ) -> int:
-        from lightning_sdk.runner import load_agent, run_runner
+        from lightning_sdk.rollouts.runner import load_agent, run_runner
 
-        key = os.environ["LIGHTNING_SDK_KEY"]
+        key = os.environ[KEY_VARIABLE]
         return run_runner(
             load_agent(agent),
             trainer_url,

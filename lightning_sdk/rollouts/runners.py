@@ -4,7 +4,7 @@
 `Runners(processes=8, backend="ray")` eight runner actors on a Ray cluster; with `processes=0` the trainer
 waits for runners you start yourself (`lightning-sdk runner ...`, on this machine or others). Either way
 the trainer serves the runner protocol on its OpenAI-compatible server, behind the run's key, and prints
-the command that starts a runner.
+the command that starts a runner (on stderr).
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["RunnerLaunch", "RunnerProcesses", "Runners"]
+__all__ = ["KEY_VARIABLE", "RunnerLaunch", "RunnerProcesses", "Runners"]
+
+KEY_VARIABLE = "LIGHTNING_SDK_KEY"
+"""The environment variable that holds the run's key, on the trainer's side and the runners' alike."""
 
 log = logging.getLogger("lightning_sdk.rollouts")
 
@@ -53,6 +56,14 @@ class Runners:
     """A runner that does not renew its lease for this long is taken for dead: its rollout is re-issued."""
     max_attempts: int = 3
     """Leases one rollout may get; after that it counts as a failed episode, with the reasons."""
+    api_key: str | None = field(default=None, repr=False)
+    """The run's key, which runners and gateway agents send; default: `$LIGHTNING_SDK_KEY` when set, else a
+    random key that the trainer prints with the command that starts a runner. Set it when runners started
+    elsewhere must know the key before the trainer starts."""
+
+    def key(self) -> str | None:
+        """The key the trainer's server requires (`None`: let the server make a random one)."""
+        return self.api_key or os.environ.get(KEY_VARIABLE) or None
 
     def __post_init__(self) -> None:
         for name, minimum in (("processes", 0), ("concurrency", 1), ("max_attempts", 1)):
@@ -67,6 +78,8 @@ class Runners:
             isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in self.resources.values()
         ):
             raise ValueError(f"Runners(resources={self.resources!r}): amounts must be numbers >= 0.")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
+            raise ValueError("Runners(api_key=...): must be a non-empty string, or None for the default.")
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"Runners(port={self.port!r}): must be a port number, or 0 for a free one.")
 
@@ -87,7 +100,7 @@ class RunnerLaunch:
         """Variables a started runner needs: the key (through the environment, not a command line that
         other users can read in `ps`), and the agent's module as importable as it is here."""
         path = [str(Path.cwd()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        return {"LIGHTNING_SDK_KEY": self.api_key, "PYTHONPATH": os.pathsep.join(path)}
+        return {KEY_VARIABLE: self.api_key, "PYTHONPATH": os.pathsep.join(path)}
 
 
 class RunnerProcesses:

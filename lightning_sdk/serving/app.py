@@ -115,7 +115,7 @@ def install_info_routes(app: FastAPI, ctx: ServingContext) -> None:
 
     @app.get("/openapi.json")
     async def openapi() -> dict[str, Any]:
-        from lightning_sdk import __version__
+        from lightning_sdk.version import __version__
 
         return openapi_document("lightning-sdk", __version__, ctx.served)
 

@@ -1,7 +1,13 @@
-"""The trainer: credit assignment, GRPO advantages, samples, loss, LoRA, checkpoints and metrics.
+"""The trainer, cut along its flow (docs/training.md describes each stage):
 
-Each stage is a small module over plain data (see docs/training.md). Importing this package imports
-nothing heavy; `torch`, `transformers` and `peft` load with the modules that need them.
+- `trainer`, `session`, `config`: `Trainer.fit`, the live parts of a run, and its configuration;
+- `algorithm/`: episodes -> samples, pure: error policy, credit, advantages, samples, diagnostics;
+- `update/`: torch: log-probabilities, micro-batches, loss, optimizer step, LoRA, checkpoints, export,
+  torchrun's process group;
+- `records/`: the run folder, its episode files, metrics and progress output, the report.
+
+Running the agent lives in `lightning_sdk.rollouts`. Importing this package imports nothing heavy; `torch`,
+`transformers` and `peft` load with the modules that need them.
 """
 
 __all__: list[str] = []

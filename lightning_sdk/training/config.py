@@ -6,8 +6,9 @@ matters and what to set instead, so a run never fails an hour in because of a ty
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -119,7 +120,8 @@ class TrainerConfig:
     """Environment variable that holds the upstream's key (read when the run starts, never saved)."""
     runners: Runners | None = None
     """Where the agent runs: `None` in this process (the default), or `Runners(...)`: in runner processes
-    this trainer starts, or that you start on this or other machines (see `lightning_sdk.Runners`)."""
+    this trainer starts, or that you start on this or other machines (see `lightning_sdk.Runners`). A mapping
+    of `Runners` fields is taken too (`{"processes": 2}`), as a JSON config file gives it."""
     dynamic_sampling_rounds: int = 0
     """Extra rollout rounds a step may run to replace groups that carry no learning signal (every
     episode of the task scored the same, so GRPO has nothing to compare): each round runs the next
@@ -134,7 +136,8 @@ class TrainerConfig:
     credit: CreditRule | Callable[..., Sequence[float | None]] = "equal"
     """How an episode's return becomes a reward per trained LLM call: `"equal"` (every call gets the
     return, the paper's choice), `"last"` (only the final call is trained), `"discounted"` (reward to
-    go with `gamma`), or `fn(episode, calls) -> list[float | None]`. See `lightning_sdk.training.credit`."""
+    go with `gamma`), or `fn(episode, calls) -> list[float | None]`. See
+    `lightning_sdk.training.algorithm.credit`."""
     gamma: float = 1.0
     """Discount per LLM call for `credit="discounted"`; 1 means no discount."""
     train_agents: Sequence[str] | str | None = None
@@ -209,6 +212,8 @@ class TrainerConfig:
         self.report_to = tuple(self.report_to)
         if isinstance(self.train_agents, (list, tuple, set, frozenset)):
             self.train_agents = tuple(self.train_agents)
+        if isinstance(self.runners, Mapping):  # from a JSON config file (`lightning-sdk train --config`)
+            self.runners = _runners_from_mapping(self.runners)
         problem = config_problem(self)
         if problem:
             raise ValueError(f"TrainerConfig: {problem}")
@@ -228,7 +233,20 @@ class TrainerConfig:
         data["report_to"] = list(self.report_to)
         if isinstance(self.train_agents, tuple):
             data["train_agents"] = list(self.train_agents)
+        if data.get("runners") and data["runners"].get("api_key"):
+            data["runners"]["api_key"] = "***"  # run.json and the metrics backends never see the key
         return data
+
+
+def _runners_from_mapping(fields: Mapping[str, Any]) -> Runners:
+    known = {field.name for field in dataclasses.fields(Runners)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(
+            f"TrainerConfig: runners has unknown field(s) {', '.join(unknown)}; Runners takes "
+            f"{', '.join(sorted(known))}."
+        )
+    return Runners(**fields)
 
 
 def _normalise_target_modules(value: Sequence[str] | str) -> tuple[str, ...] | str:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from lightning_sdk.training.rollout import Rollout
+from lightning_sdk.rollouts.in_process import Rollout
 
 __all__ = ["evaluate_agent", "summarize_rollouts"]
 

@@ -15,29 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
 from lightning_sdk.training.config import TrainerConfig
-from lightning_sdk.training.connections import (
-    TRAINER_UPSTREAM_SETTING,
-    remote_rollouts,
-    runner_protocol,
-    trainer_upstream,
-)
 from lightning_sdk.training.data import TaskCursor
-from lightning_sdk.training.distributed import Distributed
 from lightning_sdk.training.event_loop import RunLoop
-from lightning_sdk.training.rollout import Rollout
-from lightning_sdk.training.run_dir import write_rank_info
-from lightning_sdk.training.run_episodes import RunEpisodes
+from lightning_sdk.training.records.run_dir import write_rank_info
+from lightning_sdk.training.records.run_episodes import RunEpisodes
+from lightning_sdk.training.update.distributed import Distributed
+from lightning_sdk.training.upstream import TRAINER_UPSTREAM_SETTING, trainer_upstream
 
 if TYPE_CHECKING:
     import torch
 
+    from lightning_sdk.engine.types import Engine
     from lightning_sdk.rollouts.queue import RolloutQueue
+    from lightning_sdk.rollouts.remote import RemoteRollouts
+    from lightning_sdk.serving.app import RouteInstaller
+    from lightning_sdk.serving.endpoint import LLMEndpoint
     from lightning_sdk.serving.server import ServerHandle
-    from lightning_sdk.training.metrics import MetricsWriter
-    from lightning_sdk.training.remote import RemoteRollouts
+    from lightning_sdk.training.records.metrics import EvaluationProgress, MetricsWriter, ProgressBar
 
 __all__ = ["TrainingSession"]
 
@@ -88,9 +86,9 @@ class TrainingSession:
         from lightning_sdk.engine.models import resolve_model
         from lightning_sdk.engine.placement import plan_placement
         from lightning_sdk.serving.server import start_server
-        from lightning_sdk.training.lora import build_lora_model, load_base_model
-        from lightning_sdk.training.metrics import MetricsWriter
-        from lightning_sdk.training.optim import build_optimizer, build_scheduler
+        from lightning_sdk.training.records.metrics import MetricsWriter
+        from lightning_sdk.training.update.lora import build_lora_model, load_base_model
+        from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
         distributed = Distributed.from_environment(placement)
@@ -104,7 +102,7 @@ class TrainingSession:
             engine = create_engine(resolved, engine=engine_kind, **options)
         else:  # an Engine the caller built and keeps (shared between runs, e.g. in tests or notebooks)
             engine, resolved = engine_kind, engine_kind.model
-        queue, routes, host, port = runner_protocol(config, distributed)
+        queue, routes, host, port = _runner_protocol(config, distributed)
         try:
             sampling = SamplingPolicy(accept_any_model=True)
             server = start_server(
@@ -114,6 +112,7 @@ class TrainingSession:
                 routes=routes,
                 host=host,
                 port=port,
+                api_key=config.runners.key() if config.runners is not None else None,
                 upstream=trainer_upstream(config),
                 upstream_setting=TRAINER_UPSTREAM_SETTING,
                 tool_parser=config.tool_parser,
@@ -158,11 +157,11 @@ class TrainingSession:
 
     # --- identity -------------------------------------------------------------------------------------
     @property
-    def engine(self) -> Any:
+    def engine(self) -> Engine:
         return self.server.engine
 
     @property
-    def endpoint(self) -> Any:
+    def endpoint(self) -> LLMEndpoint:
         """The `LLMEndpoint` agents call during rollouts."""
         return self.server.endpoint
 
@@ -204,7 +203,10 @@ class TrainingSession:
         and say how to start more."""
         if self.config.runners is None or self.queue is None:
             return
-        self.remote = remote_rollouts(self.config, self.endpoint, self.queue, agent)
+        from lightning_sdk.rollouts.remote import start_runners
+
+        runners, timeout_s = self.config.runners, self.config.episode_timeout_s
+        self.remote = start_runners(runners, timeout_s, self.endpoint, self.queue, agent)
 
     def rollouts(
         self,
@@ -217,7 +219,7 @@ class TrainingSession:
         """Run the agent `group_size` times on each task, here or on runners; one `Rollout` per run."""
         if self.remote is not None:
             return self.remote.run(tasks, group_size, self.engine.weight_version, reward, on_finished)
-        from lightning_sdk.training.rollout import run_rollouts
+        from lightning_sdk.rollouts.in_process import run_rollouts
 
         if agent is None:
             raise ValueError("fit(agent=None) needs TrainerConfig(runners=Runners(...)): it runs the agent.")
@@ -278,8 +280,8 @@ class TrainingSession:
     # --- training -------------------------------------------------------------------------------------
     def train(self, groups: list[list[Any]]) -> dict[str, Any]:
         """Credit, advantages and samples from the step's episodes, then one GRPO update of the adapter."""
-        from lightning_sdk.training.prepare import prepare_samples
-        from lightning_sdk.training.step import train_on_samples
+        from lightning_sdk.training.algorithm.prepare import prepare_samples
+        from lightning_sdk.training.update.step import train_on_samples
 
         started = time.perf_counter()
         prepared = prepare_samples(groups, self.config, endpoint_base_url=self.endpoint.base_url)
@@ -305,7 +307,7 @@ class TrainingSession:
 
         The engine sleeps here (between rollouts); it wakes its weights for the write itself and keeps its
         KV cache asleep until the next rollout or evaluation wakes it."""
-        from lightning_sdk.training.lora import save_adapter
+        from lightning_sdk.training.update.lora import save_adapter
 
         started = time.perf_counter()
         folder = (
@@ -319,7 +321,7 @@ class TrainingSession:
 
     def save_final_adapter(self) -> Path:
         """The final adapter in `run_dir/adapter` (rank 0)."""
-        from lightning_sdk.training.lora import save_adapter
+        from lightning_sdk.training.update.lora import save_adapter
 
         if self.distributed.is_main:
             save_adapter(self.distributed.unwrap(self.policy_model), self.adapter_dir)
@@ -327,7 +329,7 @@ class TrainingSession:
 
     # --- checkpoints and logs -------------------------------------------------------------------------
     def save_checkpoint(self, step: int, cursor: TaskCursor) -> None:
-        from lightning_sdk.training.checkpoint import save_checkpoint
+        from lightning_sdk.training.update.checkpoint import save_checkpoint
 
         if self.distributed.is_main:
             save_checkpoint(
@@ -343,7 +345,7 @@ class TrainingSession:
 
     def restore(self, cursor: TaskCursor) -> int:
         """Load the newest checkpoint of the run (if any) and return its step; 0 when there is none."""
-        from lightning_sdk.training.checkpoint import find_latest_checkpoint, load_checkpoint
+        from lightning_sdk.training.update.checkpoint import find_latest_checkpoint, load_checkpoint
 
         checkpoint = find_latest_checkpoint(self.run_dir)
         if checkpoint is None:
@@ -357,7 +359,7 @@ class TrainingSession:
         if self.episodes is not None:  # what the killed run stored for the steps it redoes
             self.episodes.discard_steps_after(step)
         if self.metrics is not None:  # drop records written after the checkpoint by the killed run
-            from lightning_sdk.training.metrics import MetricsWriter
+            from lightning_sdk.training.records.metrics import MetricsWriter
 
             self.metrics.close()
             self.metrics = MetricsWriter(
@@ -385,14 +387,14 @@ class TrainingSession:
         if self.episodes is not None:
             self.episodes.keep_evaluation(step, rollouts)
 
-    def progress(self, start_step: int) -> Any:
-        from lightning_sdk.training.metrics import ProgressBar
+    def progress(self, start_step: int) -> ProgressBar:
+        from lightning_sdk.training.records.metrics import ProgressBar
 
         enabled = self.config.progress_bar and self.distributed.is_main
         return ProgressBar(total=self.config.max_steps, initial=start_step, enabled=enabled)
 
-    def evaluation_progress(self, step: int, total: int) -> Any:
-        from lightning_sdk.training.metrics import EvaluationProgress
+    def evaluation_progress(self, step: int, total: int) -> EvaluationProgress:
+        from lightning_sdk.training.records.metrics import EvaluationProgress
 
         enabled = self.config.progress_bar and self.distributed.is_main
         return EvaluationProgress(step, total, enabled=enabled)
@@ -410,6 +412,21 @@ class TrainingSession:
             self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()
         self.distributed.close()
+
+
+def _runner_protocol(
+    config: TrainerConfig, distributed: Distributed
+) -> tuple[RolloutQueue | None, list[RouteInstaller], str, int]:
+    """The runner protocol's queue and routes when `config.runners` asks for them, and where to listen."""
+    runners = config.runners
+    if runners is None:
+        return None, [], "127.0.0.1", 0
+    if distributed.world_size > 1:
+        raise ValueError("Runners are not supported under torchrun yet: use one process, or no runners.")
+    from lightning_sdk.rollouts.remote import runner_protocol
+
+    queue, install = runner_protocol(runners, config.episode_timeout_s)
+    return queue, [install], runners.host, runners.port
 
 
 @contextmanager

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_sdk.rollouts.in_process import Rollout
+from lightning_sdk.training.algorithm.diagnostics import StepDiagnostics
+from lightning_sdk.training.algorithm.prepare import apply_error_policy, group_has_signal, reward_stats
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
-from lightning_sdk.training.diagnostics import StepDiagnostics
 from lightning_sdk.training.evaluation import evaluate_agent
-from lightning_sdk.training.prepare import apply_error_policy, group_has_signal, reward_stats
-from lightning_sdk.training.rollout import Rollout
-from lightning_sdk.training.run_dir import make_run_dir, write_run_info
+from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
 from lightning_sdk.training.session import TrainingSession
 
 __all__ = ["FitResult", "Trainer"]
@@ -133,7 +133,7 @@ class Trainer:
             adapter: the adapter to merge; default: the final adapter of the last `fit` (or the newest
                 checkpoint of `config.run_dir`).
         """
-        from lightning_sdk.training.export import export_merged_model_folder
+        from lightning_sdk.training.update.export import export_merged_model_folder
 
         return export_merged_model_folder(self.model, self.config, path, adapter)
 

@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
-from lightning_sdk.training.rollout import Rollout
 
 __all__ = ["EPISODES_FILE", "EVALUATIONS_FILE", "RunEpisodes"]
 

@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lightning_sdk.tracing.episode import Episode
-from lightning_sdk.training.advantages import compute_advantages, group_advantages
-from lightning_sdk.training.credit import assign_credit, count_untrained_calls, select_trainable_calls
-from lightning_sdk.training.samples import Sample, build_samples
+from lightning_sdk.training.algorithm.advantages import compute_advantages, group_advantages
+from lightning_sdk.training.algorithm.credit import (
+    assign_credit,
+    count_untrained_calls,
+    select_trainable_calls,
+)
+from lightning_sdk.training.algorithm.samples import Sample, build_samples
 
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig

@@ -12,17 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.tracing.urls import same_endpoint
 
 __all__ = ["StepDiagnostics", "step_problems"]
 
 _MAX_URLS_SHOWN = 3
-
-
-def _same_server(url: str | None, endpoint: str) -> bool:
-    def normalise(text: str) -> str:
-        return text.strip().rstrip("/").lower().replace("://localhost", "://127.0.0.1")
-
-    return url is not None and normalise(url) == normalise(endpoint)
 
 
 def _all_failed(episodes: list[Episode]) -> str | None:
@@ -50,7 +44,7 @@ def _no_calls(episodes: list[Episode]) -> str | None:
 
 def _other_server(episodes: list[Episode], endpoint: str) -> str | None:
     calls = [call for episode in episodes for call in episode.all_calls()]
-    if not calls or any(_same_server(call.base_url, endpoint) for call in calls):
+    if not calls or any(same_endpoint(call.base_url, endpoint) for call in calls):
         return None
     urls = sorted({str(call.base_url) for call in calls})[:_MAX_URLS_SHOWN]
     return (
@@ -66,7 +60,7 @@ def _no_token_ids(episodes: list[Episode], endpoint: str) -> str | None:
         call
         for episode in episodes
         for call in episode.all_calls()
-        if _same_server(call.base_url, endpoint) and call.error is None
+        if same_endpoint(call.base_url, endpoint) and call.error is None
     ]
     if not ours or any(call.trainable for call in ours):
         return None

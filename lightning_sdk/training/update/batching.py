@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from lightning_sdk.training.samples import Sample
+from lightning_sdk.training.algorithm.samples import Sample
 
 __all__ = ["Batch", "collate", "micro_batches", "token_logprobs"]
 

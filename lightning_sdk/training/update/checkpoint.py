@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from lightning_sdk.training.lora import ADAPTER_WEIGHTS_FILE, load_adapter_weights, save_adapter
+from lightning_sdk.training.update.lora import ADAPTER_WEIGHTS_FILE, load_adapter_weights, save_adapter
 
 __all__ = [
     "capture_rng_state",

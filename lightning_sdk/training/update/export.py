@@ -20,8 +20,8 @@ def export_merged_model_folder(
     from transformers import AutoTokenizer
 
     from lightning_sdk.engine.models import resolve_model
-    from lightning_sdk.training.checkpoint import latest_adapter
-    from lightning_sdk.training.lora import (
+    from lightning_sdk.training.update.checkpoint import latest_adapter
+    from lightning_sdk.training.update.lora import (
         build_lora_model,
         export_merged_model,
         load_adapter_weights,

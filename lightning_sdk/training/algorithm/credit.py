@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, get_args
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.tracing.urls import same_endpoint
 from lightning_sdk.training.config import CreditRule
 
 __all__ = [
@@ -146,11 +147,6 @@ def _agent_matcher(train_agents: AgentFilter) -> Callable[[str], bool]:
     return lambda name: name in names
 
 
-def _normalise_url(url: str) -> str:
-    url = url.strip().rstrip("/").lower()
-    return url.replace("://localhost", "://127.0.0.1")
-
-
 def _untrained_reason(
     call: LLMCall,
     owner: Episode,
@@ -162,7 +158,7 @@ def _untrained_reason(
         return "failed"
     if not call.trainable:
         return "no_token_ids"
-    if endpoint is not None and (call.base_url is None or _normalise_url(call.base_url) != endpoint):
+    if endpoint is not None and not same_endpoint(call.base_url, endpoint):
         # Tokens from another server may come from another model (or tokenizer): never train on them.
         return "other_endpoint"
     if model is not None and call.model is not None and call.model != model:
@@ -183,17 +179,16 @@ def select_trainable_calls(
     """The calls of an episode (sub-agents included, in start order) that the trainer trains.
 
     A call is kept when it did not fail, its exact prompt and completion token ids are known and the
-    completion is not empty, it went to `endpoint_base_url` (compared without a trailing slash;
-    `localhost` equals `127.0.0.1`; a call with no recorded `base_url` is not kept), it asked for
+    completion is not empty, it went to `endpoint_base_url` (by `same_endpoint`; a call
+    with no recorded `base_url` is not kept), it asked for
     `model` (when both are known), and its agent (its `agent_name`, else the name of the episode that
     made it) passes `train_agents`. `None` for a filter means no filtering on it.
     """
     matcher = _agent_matcher(train_agents)
-    endpoint = _normalise_url(endpoint_base_url) if endpoint_base_url is not None else None
     return [
         call
         for call, owner in _calls_with_owner(episode)
-        if _untrained_reason(call, owner, matcher, endpoint, model) is None
+        if _untrained_reason(call, owner, matcher, endpoint_base_url, model) is None
     ]
 
 
@@ -208,11 +203,10 @@ def count_untrained_calls(
     Reasons: `failed`, `no_token_ids`, `other_endpoint`, `other_model`, `other_agent`, `empty_completion`.
     """
     matcher = _agent_matcher(train_agents)
-    endpoint = _normalise_url(endpoint_base_url) if endpoint_base_url is not None else None
     reasons: Counter[str] = Counter()
     for episode in episodes:
         for call, owner in _calls_with_owner(episode):
-            reason = _untrained_reason(call, owner, matcher, endpoint, model)
+            reason = _untrained_reason(call, owner, matcher, endpoint_base_url, model)
             if reason is not None:
                 reasons[reason] += 1
     return dict(reasons)

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_sdk.training.batching import Batch, collate, micro_batches, token_logprobs
-from lightning_sdk.training.loss import LossOptions, LossStats, policy_loss, token_weights
-from lightning_sdk.training.samples import Sample
+from lightning_sdk.training.algorithm.samples import Sample
+from lightning_sdk.training.update.batching import Batch, collate, micro_batches, token_logprobs
+from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig

@@ -10,8 +10,8 @@ from typing import Any
 
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.store import EpisodeStore
-from lightning_sdk.training.metrics import read_metrics
-from lightning_sdk.training.run_dir import read_run_info
+from lightning_sdk.training.records.metrics import read_metrics
+from lightning_sdk.training.records.run_dir import read_run_info
 
 __all__ = ["moving_average", "plot_curves", "signal_share", "write_report"]
 

@@ -1,6 +1,10 @@
 """Rollouts through runners: the step's rollouts go into the queue, runners lease and run them, and their
 episodes come back as the same `Rollout`s in-process rollouts give.
 
+`runner_protocol(...)` opens the queue and the routes the trainer's server adds for it; `start_runners(...)`
+starts the configured runner processes (or Ray actors), prints the command that starts more, and returns
+the `RemoteRollouts` the trainer sends each step's rollouts through.
+
 Runners record their calls against the endpoint as they reach it (`http://<trainer host>:<port>/v1`
 from another machine); those calls are the trainer's own, so they are filed under the trainer's
 endpoint URL, which is what credit assignment keeps for training.
@@ -8,20 +12,86 @@ endpoint URL, which is what credit assignment keeps for training.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import socket
+import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lightning_sdk.rollouts.in_process import Rollout, score_with_reward_fn
 from lightning_sdk.rollouts.queue import Outcome, RolloutQueue, RolloutSpec
-from lightning_sdk.rollouts.runners import RunnerProcesses
+from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses, Runners
 from lightning_sdk.tracing.episode import Episode
-from lightning_sdk.training.rollout import Rollout, score_with_reward_fn
+from lightning_sdk.tracing.urls import same_endpoint
 
-__all__ = ["RemoteRollouts"]
+if TYPE_CHECKING:
+    from lightning_sdk.rollouts.ray_runners import RayRunners
+    from lightning_sdk.serving.app import RouteInstaller
+    from lightning_sdk.serving.endpoint import LLMEndpoint
 
-log = logging.getLogger("lightning_sdk.training")
+__all__ = ["RemoteRollouts", "runner_protocol", "start_runners"]
+
+log = logging.getLogger("lightning_sdk.rollouts")
+
+_LOOPBACK = ("127.0.0.1", "localhost")
+
+
+def runner_protocol(runners: Runners, episode_timeout_s: float) -> tuple[RolloutQueue, RouteInstaller]:
+    """The queue runners lease from, and the installer of its routes on the trainer's server."""
+    from lightning_sdk.rollouts.routes import install_rollout_routes
+
+    queue = RolloutQueue(runners.lease_timeout_s, episode_timeout_s, runners.max_attempts)
+
+    def install(app: Any, authorize: Callable[..., None]) -> None:
+        install_rollout_routes(app, authorize, queue)
+
+    return queue, install
+
+
+def start_runners(
+    runners: Runners,
+    episode_timeout_s: float,
+    endpoint: LLMEndpoint,
+    queue: RolloutQueue,
+    agent: Callable[..., Any] | None,
+) -> RemoteRollouts:
+    """Start the runner processes (or Ray actors) `runners` asks for, print the command that starts more by
+    hand (on stderr, so that it shows whatever the logging setup), and return the rollouts through them."""
+    from lightning_sdk.rollouts.runner.agents import agent_reference
+
+    reference = runners.agent or (agent_reference(agent) if agent is not None else None)
+    local_url = endpoint.base_url.removesuffix("/v1").replace("//0.0.0.0:", "//127.0.0.1:")
+    shown_url = (
+        local_url if runners.host in _LOOPBACK else local_url.replace("127.0.0.1", socket.gethostname())
+    )
+    command = (
+        f"LIGHTNING_SDK_KEY={endpoint.api_key} lightning-sdk runner "
+        f"{reference or 'module:agent'} --trainer {shown_url}"
+    )
+    processes: RunnerProcesses | RayRunners | None = None
+    if runners.processes:
+        if reference is None:
+            raise ValueError("Runners(processes=...) needs the agent: pass it to fit or to Runners.")
+        launch = RunnerLaunch(reference, local_url, endpoint.api_key, runners.concurrency, episode_timeout_s)
+        if runners.backend == "ray":
+            from lightning_sdk.rollouts.ray_runners import RayRunners, node_address
+
+            # Actors on other nodes reach the trainer at this node's cluster address (when it listens
+            # beyond the loopback interface).
+            if runners.host not in _LOOPBACK:
+                launch = dataclasses.replace(
+                    launch, trainer_url=local_url.replace("127.0.0.1", node_address())
+                )
+            processes = RayRunners(runners.processes, launch, runners.ray_address, runners.resources)
+        else:
+            processes = RunnerProcesses(runners.processes, launch)
+    print(
+        f"lightning-sdk: rollouts run on runners; start one with:\n  {command}", file=sys.stderr, flush=True
+    )
+    return RemoteRollouts(queue, endpoint.base_url, command, processes)
 
 
 class RemoteRollouts:
@@ -40,7 +110,7 @@ class RemoteRollouts:
         queue: RolloutQueue,
         endpoint_base_url: str,
         start_command: str,
-        processes: RunnerProcesses | None = None,
+        processes: RunnerProcesses | RayRunners | None = None,
         report_every_s: float = 30.0,
     ) -> None:
         self.queue = queue
@@ -107,7 +177,7 @@ class RemoteRollouts:
         episode = Episode.from_dict(outcome.episode)
         reached = episode.metadata.get("base_url")
         for call in episode.all_calls():
-            if reached is not None and call.base_url is not None and _same(call.base_url, reached):
+            if reached is not None and same_endpoint(call.base_url, reached):
                 call.base_url = self.endpoint_base_url
         return episode
 
@@ -120,7 +190,3 @@ def _as_json(task: Any, index: int) -> Any:
             f"Task {index} cannot go to runners: tasks travel as JSON, and this one is not ({error}). "
             "Use dicts, lists, strings and numbers."
         ) from None
-
-
-def _same(url: str, other: str) -> bool:
-    return url.rstrip("/") == other.rstrip("/")

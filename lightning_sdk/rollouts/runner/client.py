@@ -18,7 +18,7 @@ import httpx
 
 __all__ = ["LeasedRollout", "ProtocolRefusal", "TrainerClient"]
 
-log = logging.getLogger("lightning_sdk.runner")
+log = logging.getLogger("lightning_sdk.rollouts.runner")
 
 
 class ProtocolRefusal(RuntimeError):

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from lightning_sdk.runner.client import LeasedRollout, ProtocolRefusal, TrainerClient
+from lightning_sdk.rollouts.in_process import agent_accepts_llm, run_episode
+from lightning_sdk.rollouts.runner.client import LeasedRollout, ProtocolRefusal, TrainerClient
 from lightning_sdk.serving.endpoint import LLMEndpoint
-from lightning_sdk.training.rollout import agent_accepts_llm, run_episode
 
 __all__ = ["arun_runner", "run_runner"]
 
-log = logging.getLogger("lightning_sdk.runner")
+log = logging.getLogger("lightning_sdk.rollouts.runner")
 
 
 def run_runner(

@@ -1,0 +1,145 @@
+"""The folders are the architecture: every import points down the layer order; the runner side stays light.
+
+The order is written here once (CONTRIBUTING.md's "Architecture" section says the same in words):
+
+    tracing, engine, version       the ground: they import no other part of the package
+    serving                        over engine (and tracing's wire helpers)
+    integrations                   over tracing
+    rollouts                       over tracing and serving; never training, torch or vLLM
+    training                       over all of the above; inside it:
+        config, config_checks          the ground of training (over `rollouts.runners.Runners`)
+        algorithm                      episodes -> samples, pure: config only
+        update                         torch: config and algorithm
+        records                        run folder, episodes, metrics, report: config
+        (the rest: data, evaluation, event_loop, upstream, session, trainer) over all of training
+    cli, quickstart, runner, the package root   on top
+
+Imports inside functions and under `TYPE_CHECKING` count too: they are imports all the same.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ALLOWED: dict[str, set[str]] = {
+    "tracing": set(),
+    "engine": set(),
+    "version": set(),
+    "serving": {"engine", "tracing", "version"},
+    "integrations": {"tracing"},
+    "rollouts": {"tracing", "serving"},
+    "training": {"tracing", "engine", "serving", "rollouts"},
+}
+"""For each room below the top, the other rooms it may import."""
+
+TOP = {"cli", "quickstart", "runner", "__init__"}
+
+TRAINING_ALLOWED: dict[str, set[str]] = {
+    "config": {"config_checks"},
+    "config_checks": set(),
+    "algorithm": {"config"},
+    "update": {"config", "config_checks", "algorithm"},
+    "records": {"config"},
+}
+"""Inside `training/`: what each part may import of `training/` besides itself (the rest is on top)."""
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted((ROOT / "lightning_sdk").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for path in sorted((ROOT / "integrations").glob("*.py")):
+        stem = path.stem
+        found["lightning_sdk.integrations" + ("" if stem == "__init__" else f".{stem}")] = path
+    return found
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, int]]:
+    """Every `lightning_sdk...` module `module` imports, with the line."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.append((name, node.lineno))
+    return [(name, line) for name, line in found if name.split(".")[0] == "lightning_sdk"]
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _training_part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "training" else None
+
+
+def _wrong_way() -> list[str]:
+    problems = []
+    for module, path in _modules().items():
+        room = _room(module)
+        for target, line in _imports(module, path):
+            where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+            other = _room(target)
+            if other == "__init__" and room != "__init__":
+                problems.append(f"{where}: nothing below the top imports the package root")
+            elif room not in TOP and other != room and other not in ALLOWED[room]:
+                problems.append(f"{where}: {room} may import only {sorted(ALLOWED[room]) or 'nothing'}")
+            elif room == other == "training":
+                part, target_part = _training_part(module), _training_part(target)
+                allowed = TRAINING_ALLOWED.get(part or "")
+                if allowed is not None and target_part != part and target_part not in allowed:
+                    problems.append(f"{where}: training/{part} may import only {sorted(allowed)}")
+    return problems
+
+
+def test_every_import_points_down_the_layer_order() -> None:
+    assert _wrong_way() == []
+
+
+def test_the_check_sees_an_import_that_points_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check must be able to fail: a copy of the tree where tracing imports training is caught.
+    fake = tmp_path / "lightning_sdk" / "tracing"
+    fake.mkdir(parents=True)
+    (fake / "bad.py").write_text("from lightning_sdk.training.trainer import Trainer\n")
+    (tmp_path / "lightning_sdk" / "training" / "algorithm").mkdir(parents=True)
+    (tmp_path / "lightning_sdk" / "training" / "algorithm" / "bad.py").write_text(
+        "def f():\n    from lightning_sdk.training.update import step\n"
+    )
+    (tmp_path / "integrations").mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    problems = _wrong_way()
+    assert len(problems) == 2
+    assert (
+        "tracing may import only nothing" in problems[0] or "tracing may import only nothing" in problems[1]
+    )
+    assert any("training/algorithm may import only ['config']" in problem for problem in problems)
+
+
+@pytest.mark.parametrize(
+    "module", ["lightning_sdk.rollouts.runner", "lightning_sdk.runner", "lightning_sdk.rollouts.gateway"]
+)
+def test_the_runner_side_loads_no_trainer_torch_or_vllm(module: str) -> None:
+    script = (
+        f"import sys, {module};"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm', 'transformers', 'peft')"
+        " or m.startswith('lightning_sdk.training')];"
+        "print(','.join(sorted(heavy)))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
