@@ -270,10 +270,23 @@ def test_dynamic_sampling_replaces_groups_without_a_reward_spread(engine: Any, t
         scripted(task, 1.0 if task["flat"] else float(earlier))
         return answer
 
+    credited: Counter[str] = Counter()
+
+    def counted_equal_credit(episode: ls.Episode, calls: list[ls.LLMCall]) -> list[float | None]:
+        credited[episode.id] += 1  # "equal" credit, counting how often each episode is credited
+        return [episode.reward] * len(calls)
+
     flat = [True, True, False, False, True, False, False, True]  # the data order (shuffle=False)
     tasks = [{**task, "flat": is_flat} for task, is_flat in zip(TASKS, flat, strict=True)]
     run_dir = tmp_path / "run"
-    config = small_config(run_dir, group_size=2, dynamic_sampling_rounds=2, shuffle=False, save_every=0)
+    config = small_config(
+        run_dir,
+        group_size=2,
+        dynamic_sampling_rounds=2,
+        shuffle=False,
+        save_every=0,
+        credit=counted_equal_credit,
+    )
     ls.Trainer(config=config, engine=engine).fit(agent, tasks)
 
     steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
@@ -290,6 +303,9 @@ def test_dynamic_sampling_replaces_groups_without_a_reward_spread(engine: Any, t
         first_step = [e for e in store.episodes() if e.metadata["step"] == 1]
     assert sorted(e.metadata["task_index"] for e in first_step) == [0, 0, 1, 1, 2, 2, 3, 3]
     assert sorted(e.task["id"] for e in first_step) == [0, 0, 1, 1, 2, 2, 3, 3]
+    # Each group is prepared once per step: dynamic sampling, the samples and the metrics read the same
+    # credit, so every one of the 16 episodes (2 steps x 4 groups x 2) was credited exactly once.
+    assert len(credited) == 16 and set(credited.values()) == {1}
 
 
 def test_fit_rejects_bad_input_before_starting_an_engine(tmp_path: Path) -> None:

@@ -1,9 +1,27 @@
 """prepare_samples: error policy, selection, credit, advantages and samples together, by hand."""
 
+import copy
+import statistics
+from collections import Counter
+
 import pytest
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.training.algorithm.prepare import apply_error_policy, group_has_signal, prepare_samples
+from lightning_sdk.training.algorithm.advantages import compute_advantages
+from lightning_sdk.training.algorithm.credit import (
+    assign_credit,
+    count_untrained_calls,
+    select_trainable_calls,
+)
+from lightning_sdk.training.algorithm.prepare import (
+    apply_error_policy,
+    group_has_signal,
+    prepare_group,
+    prepare_samples,
+    reward_stats,
+    samples_from_groups,
+)
+from lightning_sdk.training.algorithm.samples import build_samples
 from lightning_sdk.training.config import TrainerConfig
 
 ENDPOINT = "http://127.0.0.1:9000/v1"
@@ -105,3 +123,76 @@ def test_a_group_carries_a_signal_only_when_its_trained_returns_differ():
     # Returns differ, but the better episode's only call went to another server: it is not trained.
     other = episode(1.0, [call(1, base_url="https://api.openai.com/v1")])
     assert not group_has_signal([other, episode(0.0, [call(1)])], config, ENDPOINT)
+
+
+def by_hand(groups, config, wanted):
+    """The trainer's step composed from the documented stages over the whole batch, as it was computed
+    before groups were prepared once: advantages over every group, the first `wanted` groups with a spread
+    trained, the reward over every rollout."""
+    kept, counts = zip(*(apply_error_policy(group, config.on_error) for group in groups), strict=True)
+    calls = [[select_trainable_calls(e, config.train_agents, ENDPOINT) for e in group] for group in kept]
+    rewards = [
+        [assign_credit(e, c, config.credit, config.gamma) for e, c in zip(group, group_calls, strict=True)]
+        for group, group_calls in zip(kept, calls, strict=True)
+    ]
+    advantages = compute_advantages(rewards, config.scale_advantages, config.advantage_eps).advantages
+    chosen = [index for index, group in enumerate(advantages) if group is not None][:wanted]
+    samples = [
+        sample
+        for i in chosen
+        for e, c, a in zip(kept[i], calls[i], advantages[i], strict=True)
+        for sample in build_samples(c, a, e.id, config.mode, None, config.temperature)
+    ]
+    untrained = count_untrained_calls([e for i in chosen for e in kept[i]], config.train_agents, ENDPOINT)
+    returns = [e.reward for group in kept for e in group]
+    metrics = {
+        "episodes": sum(len(groups[i]) for i in chosen),
+        "episodes_failed": sum(counts[i]["episodes_failed"] for i in chosen),
+        "episodes_unscored": sum(counts[i]["episodes_unscored"] for i in chosen),
+        "reward_mean": statistics.fmean(returns),
+        "reward_std": statistics.pstdev(returns),
+        **{f"calls_untrained_{reason}": count for reason, count in untrained.items()},
+        "groups": len(chosen),
+        "groups_skipped_no_spread": 0,
+        "groups_skipped_too_few_episodes": 0,
+        "calls_trained": sum(a is not None for i in chosen for e in advantages[i] for a in e),
+        "samples_dropped_too_long": 0,
+        "samples": len(samples),
+        "tokens_sampled": sum(
+            len(c.completion_token_ids) for i in chosen for e in groups[i] for c in e.all_calls()
+        ),
+    }
+    return samples, metrics
+
+
+def test_each_stage_runs_once_per_group_and_the_step_matches_the_stages_composed_by_hand():
+    credited = Counter()
+
+    def counted_equal_credit(episode, calls):  # "equal" credit that counts how often it runs
+        credited[episode.id] += 1
+        return [episode.reward] * len(calls)
+
+    config = TrainerConfig(group_size=2, on_error="zero", credit=counted_equal_credit)
+    crashed = episode(None, [call(1)], error={"type": "ValueError", "message": "", "traceback": ""})
+    groups = [
+        [episode(1.0, [call(1)]), episode(1.0, [call(1)])],  # no spread
+        [episode(1.0, [call(1), call(2, base_url="https://api.openai.com/v1")]), crashed],  # 1 against 0
+        [episode(None, [call(1)]), episode(2.0, [call(1)])],  # one unscored: too few episodes
+        [episode(2.0, [call(1), call(2)]), episode(0.0, [call(1)]), episode(0.5, [call(1)])],
+        [episode(3.0, [call(1)]), episode(0.0, [call(1)])],  # a spread, but two groups are enough
+    ]
+    expected_samples, expected_metrics = by_hand(copy.deepcopy(groups), config, wanted=2)
+    credited.clear()
+
+    # The trainer's step: prepare every group once, pick two with a signal, read samples and metrics.
+    prepared = [prepare_group(group, config, ENDPOINT) for group in groups]
+    assert [group.has_signal for group in prepared] == [False, True, False, True, True]
+    trained = [group for group in prepared if group.has_signal][:2]
+    batch = samples_from_groups(trained, config)
+    metrics = {**batch.metrics, **reward_stats([group.kept for group in prepared])}
+
+    scored = [e for group in groups for e in group if e.reward is not None]  # the crash is scored 0
+    assert sorted(credited.values()) == [1] * len(scored) and set(credited) == {e.id for e in scored}
+    assert batch.samples == expected_samples and len(batch.samples) == 6  # 2 + (2 + 1 + 1) calls
+    assert metrics == pytest.approx(expected_metrics) and list(metrics) == list(expected_metrics)
+    assert prepare_samples(copy.deepcopy([groups[1], groups[3]]), config, ENDPOINT).metrics == batch.metrics

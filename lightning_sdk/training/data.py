@@ -39,7 +39,7 @@ def materialize_tasks(dataset: Any, what: str = "dataset") -> list[Any]:
     return tasks
 
 
-def _is_hf_dataset(dataset: Any) -> bool:
+def _is_hf_dataset(dataset: object) -> bool:
     # Row access by index gives plain dicts; iterating a datasets.Dataset does too, but indexing
     # keeps the order stable and works for every version.
     return type(dataset).__module__.startswith("datasets") and hasattr(dataset, "__len__")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.rollouts.in_process import Rollout
+
+if TYPE_CHECKING:
+    from lightning_sdk.training.session import TrainingSession
 
 __all__ = ["evaluate_agent", "summarize_rollouts"]
 
@@ -31,7 +34,7 @@ def summarize_rollouts(rollouts: list[Rollout], success_threshold: float) -> dic
 
 
 def evaluate_agent(
-    session: Any,
+    session: TrainingSession,
     agent: Callable[..., Any] | None,
     tasks: list[Any],
     reward: Callable[[Any, Any], float] | None,

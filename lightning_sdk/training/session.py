@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.serving.policy import SamplingPolicy
@@ -29,13 +29,16 @@ from lightning_sdk.training.upstream import TRAINER_UPSTREAM_SETTING, trainer_up
 if TYPE_CHECKING:
     import torch
 
+    from lightning_sdk.engine.factory import EngineKind
     from lightning_sdk.engine.types import Engine
     from lightning_sdk.rollouts.queue import RolloutQueue
     from lightning_sdk.rollouts.remote import RemoteRollouts
     from lightning_sdk.serving.app import RouteInstaller
     from lightning_sdk.serving.endpoint import LLMEndpoint
     from lightning_sdk.serving.server import ServerHandle
+    from lightning_sdk.training.algorithm.prepare import PreparedBatch
     from lightning_sdk.training.records.metrics import EvaluationProgress, MetricsWriter, ProgressBar
+    from lightning_sdk.training.update.distributed import PolicyModel
 
 __all__ = ["TrainingSession"]
 
@@ -50,7 +53,7 @@ class TrainingSession:
     config: TrainerConfig
     run_dir: Path
     server: ServerHandle
-    policy_model: Any
+    policy_model: PolicyModel
     """The LoRA model (a `peft.PeftModel`; under torchrun wrapped in `DistributedDataParallel`)."""
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -75,65 +78,34 @@ class TrainingSession:
     @classmethod
     def start(
         cls,
-        model: Any,
+        model: str | Path | None,
         config: TrainerConfig,
         run_dir: Path,
-        engine_kind: Any,
+        engine_kind: str | Engine,
         engine_options: dict[str, Any],
     ) -> TrainingSession:
         """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
-        from lightning_sdk.engine.factory import create_engine
-        from lightning_sdk.engine.models import resolve_model
         from lightning_sdk.engine.placement import plan_placement
-        from lightning_sdk.serving.server import start_server
         from lightning_sdk.training.records.metrics import MetricsWriter
         from lightning_sdk.training.update.lora import build_lora_model, load_base_model
         from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
         distributed = Distributed.from_environment(placement)
-        owns_engine = isinstance(engine_kind, str)
-        if owns_engine:
-            resolved = resolve_model(model)
-            log.info("starting the %s engine on %s", engine_kind, resolved.name)
-            options = {"seed": config.seed + distributed.rank, **engine_options}
-            if config.weight_sync != "auto":
-                options.setdefault("weight_sync", config.weight_sync)  # the engine's names
-            engine = create_engine(resolved, engine=engine_kind, **options)
-        else:  # an Engine the caller built and keeps (shared between runs, e.g. in tests or notebooks)
-            engine, resolved = engine_kind, engine_kind.model
+        engine, owns_engine = _engine(model, config, engine_kind, engine_options, distributed.rank)
         queue, routes, host, port = _runner_protocol(config, distributed)
-        try:
-            sampling = SamplingPolicy(accept_any_model=True)
-            server = start_server(
-                engine,
-                owns_engine=owns_engine,
-                sampling_policy=sampling,
-                routes=routes,
-                host=host,
-                port=port,
-                api_key=config.runners.key() if config.runners is not None else None,
-                upstream=trainer_upstream(config),
-                upstream_setting=TRAINER_UPSTREAM_SETTING,
-                tool_parser=config.tool_parser,
-            )
-        except BaseException:
-            if owns_engine:
-                engine.shutdown()
-            raise
+        sampling = SamplingPolicy(accept_any_model=True)
+        server = _serve(engine, owns_engine, config, sampling, routes, host, port)
         engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
-        base = load_base_model(resolved.path, placement.training_dtype(config.dtype), device=placement.device)
+        dtype = placement.training_dtype(config.dtype)
+        base = load_base_model(engine.model.path, dtype, device=placement.device)
         policy = distributed.wrap(build_lora_model(base, config))
+        engine_device = str(getattr(engine, "device", "cpu"))
         write_rank_info(
-            run_dir,
-            placement.describe(),
-            policy_device=str(base.device),
-            engine_device=str(getattr(engine, "device", "cpu")),
+            run_dir, placement.describe(), policy_device=str(base.device), engine_device=engine_device
         )
         optimizer = build_optimizer(policy, config)
-        scheduler = build_scheduler(optimizer, config)
-        metrics = None
-        episodes = None
+        metrics, episodes = None, None
         if distributed.is_main:
             metrics = MetricsWriter(
                 run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project
@@ -145,7 +117,7 @@ class TrainingSession:
             server,
             policy,
             optimizer,
-            scheduler,
+            build_scheduler(optimizer, config),
             engine.tokenizer,
             metrics,
             episodes,
@@ -224,7 +196,7 @@ class TrainingSession:
         if agent is None:
             raise ValueError("fit(agent=None) needs TrainerConfig(runners=Runners(...)): it runs the agent.")
         config = self.config
-        return self.run_async(
+        rollouts = self.run_async(
             run_rollouts(
                 agent,
                 tasks,
@@ -236,6 +208,7 @@ class TrainingSession:
                 on_finished=on_finished,
             )
         )
+        return rollouts
 
     # --- phases ---------------------------------------------------------------------------------------
     @contextmanager
@@ -278,13 +251,11 @@ class TrainingSession:
         return self.loop.run(coroutine)
 
     # --- training -------------------------------------------------------------------------------------
-    def train(self, groups: list[list[Any]]) -> dict[str, Any]:
-        """Credit, advantages and samples from the step's episodes, then one GRPO update of the adapter."""
-        from lightning_sdk.training.algorithm.prepare import prepare_samples
+    def train(self, prepared: PreparedBatch) -> dict[str, Any]:
+        """One GRPO update of the adapter on the step's samples; returns their metrics and the update's."""
         from lightning_sdk.training.update.step import train_on_samples
 
         started = time.perf_counter()
-        prepared = prepare_samples(groups, self.config, endpoint_base_url=self.endpoint.base_url)
         self.warn_if_too_long(int(prepared.metrics["samples_dropped_too_long"]))
         samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -412,6 +383,60 @@ class TrainingSession:
             self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()
         self.distributed.close()
+
+
+def _engine(
+    model: str | Path | None,
+    config: TrainerConfig,
+    engine_kind: str | Engine,
+    engine_options: dict[str, Any],
+    rank: int,
+) -> tuple[Engine, bool]:
+    """The run's engine, and whether the run owns it (started it here, so shuts it down at the end)."""
+    if not isinstance(engine_kind, str):  # an Engine the caller built and keeps (tests, notebooks)
+        return engine_kind, False
+    from lightning_sdk.engine.factory import create_engine
+    from lightning_sdk.engine.models import resolve_model
+
+    resolved = resolve_model(model)
+    log.info("starting the %s engine on %s", engine_kind, resolved.name)
+    options = {"seed": config.seed + rank, **engine_options}
+    if config.weight_sync != "auto":
+        options.setdefault("weight_sync", config.weight_sync)  # the engine's names
+    # create_engine refuses a name that is not an EngineKind, with the names it takes.
+    return create_engine(resolved, engine=cast("EngineKind", engine_kind), **options), True
+
+
+def _serve(
+    engine: Engine,
+    owns_engine: bool,
+    config: TrainerConfig,
+    sampling: SamplingPolicy,
+    routes: list[RouteInstaller],
+    host: str,
+    port: int,
+) -> ServerHandle:
+    """The endpoint agents call during rollouts (and runners lease from); an owned engine is shut down if
+    the server cannot start."""
+    from lightning_sdk.serving.server import start_server
+
+    try:
+        return start_server(
+            engine,
+            owns_engine=owns_engine,
+            sampling_policy=sampling,
+            routes=routes,
+            host=host,
+            port=port,
+            api_key=config.runners.key() if config.runners is not None else None,
+            upstream=trainer_upstream(config),
+            upstream_setting=TRAINER_UPSTREAM_SETTING,
+            tool_parser=config.tool_parser,
+        )
+    except BaseException:
+        if owns_engine:
+            engine.shutdown()
+        raise
 
 
 def _runner_protocol(

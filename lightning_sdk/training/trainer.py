@@ -15,16 +15,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.rollouts.in_process import Rollout
+from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.training.algorithm.diagnostics import StepDiagnostics
-from lightning_sdk.training.algorithm.prepare import apply_error_policy, group_has_signal, reward_stats
+from lightning_sdk.training.algorithm.prepare import (
+    PreparedGroup,
+    prepare_group,
+    reward_stats,
+    samples_from_groups,
+)
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
 from lightning_sdk.training.evaluation import evaluate_agent
 from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
 from lightning_sdk.training.session import TrainingSession
+
+if TYPE_CHECKING:
+    from lightning_sdk.engine.types import Engine
 
 __all__ = ["FitResult", "Trainer"]
 
@@ -69,7 +78,7 @@ class Trainer:
         model: str | Path | None = None,
         config: TrainerConfig | None = None,
         *,
-        engine: str | Any = "auto",
+        engine: str | Engine = "auto",
         engine_options: dict[str, Any] | None = None,
     ) -> None:
         if config is not None and not isinstance(config, TrainerConfig):
@@ -201,50 +210,48 @@ class _Loop:
         return self.result
 
     def train_step(self, step: int) -> dict[str, Any]:
+        """Roll out and prepare the step's groups, train on the samples of those with a signal, push the
+        new weights, and log the step."""
         session, config = self.session, self.config
         tasks = session.my_share(self.cursor.next_batch())
         started = time.perf_counter()
         with session.rollout_phase():
-            rollouts, groups, signal, rounds = self.rollout_groups(tasks)
+            rolled = self.rollout_groups(tasks)
         rollout_s = time.perf_counter() - started
-        for problem in self.diagnostics.new_problems(groups):
+        for problem in self.diagnostics.new_problems([group.episodes for group in rolled.groups]):
             log.warning("Step %d: %s", step, problem)
-        trained = _groups_to_train(groups, signal, len(tasks)) if config.dynamic_sampling_rounds else groups
-        stats = session.train(trained)
-        # The training reward describes every rollout of the step, not only the groups kept for training.
-        stats.update(reward_stats([apply_error_policy(group, config.on_error)[0] for group in groups]))
-        stats.update(
-            groups_rolled_out=len(groups),
-            groups_with_signal=sum(signal),
-            rollout_rounds=rounds,
+        trained = (
+            _groups_to_train(rolled.groups, len(tasks)) if config.dynamic_sampling_rounds else rolled.groups
         )
+        stats = session.train(samples_from_groups(trained, config))
+        stats.update(_rollout_metrics(rolled))
         stats.update(session.push_weights(step))
         stats["time_rollout_s"] = rollout_s
         stats["time_step_s"] = time.perf_counter() - started
-        stats.update(session.keep_episodes(step, rollouts))
+        stats.update(session.keep_episodes(step, rolled.rollouts))
         return session.log(step, stats)
 
-    def rollout_groups(self, tasks: list[Any]) -> tuple[list[Rollout], list[list[Any]], list[bool], int]:
-        """The step's rollouts, their groups (one per task), whether each group carries a learning
-        signal, and how many rounds ran. With `dynamic_sampling_rounds`, further rounds of fresh tasks
-        run while fewer than `len(tasks)` groups do."""
+    def rollout_groups(self, tasks: list[Any]) -> _StepRollouts:
+        """The step's rollouts and their groups (one per task), each prepared once as it arrives. With
+        `dynamic_sampling_rounds`, further rounds of fresh tasks run while fewer than `len(tasks)` groups
+        carry a learning signal."""
         session, config = self.session, self.config
-        rollouts: list[Rollout] = []
-        groups: list[list[Any]] = []
-        signal: list[bool] = []
-        rounds = 0
+        rolled = _StepRollouts()
         for round_index in range(config.dynamic_sampling_rounds + 1):
-            if round_index and sum(signal) >= len(tasks):
+            if round_index and rolled.groups_with_signal >= len(tasks):
                 break
-            rounds += 1
+            rolled.rounds += 1
             batch = tasks if round_index == 0 else session.my_share(self.cursor.next_batch())
             new = session.rollouts(self.agent, batch, config.group_size, self.reward)
-            new_groups = _group_episodes(new, len(batch))
             # Later rounds' groups follow the first round's, so task_index stays unique within the step.
-            rollouts += [dataclasses.replace(r, task_index=r.task_index + len(groups)) for r in new]
-            groups += new_groups
-            signal += [group_has_signal(group, config, session.endpoint.base_url) for group in new_groups]
-        return rollouts, groups, signal, rounds
+            offset = len(rolled.groups)
+            rolled.rollouts += [dataclasses.replace(r, task_index=r.task_index + offset) for r in new]
+            rolled.groups += [self.prepare(episodes) for episodes in _group_episodes(new, len(batch))]
+        return rolled
+
+    def prepare(self, episodes: list[Episode]) -> PreparedGroup:
+        """Error policy, call selection, credit and advantages of one group: once per group and step."""
+        return prepare_group(episodes, self.config, endpoint_base_url=self.session.endpoint.base_url)
 
     def evaluate(self, step: int) -> dict[str, float] | None:
         if not self.val_tasks:
@@ -261,16 +268,40 @@ class _Loop:
         return metrics
 
 
-def _group_episodes(rollouts: list[Rollout], num_tasks: int) -> list[list[Any]]:
-    groups: list[list[Any]] = [[] for _ in range(num_tasks)]
+@dataclass
+class _StepRollouts:
+    """What one step's rollout rounds produced."""
+
+    rollouts: list[Rollout] = field(default_factory=list)
+    groups: list[PreparedGroup] = field(default_factory=list)
+    """One per task, in the order of `Rollout.task_index`."""
+    rounds: int = 0
+
+    @property
+    def groups_with_signal(self) -> int:
+        return sum(group.has_signal for group in self.groups)
+
+
+def _group_episodes(rollouts: list[Rollout], num_tasks: int) -> list[list[Episode]]:
+    groups: list[list[Episode]] = [[] for _ in range(num_tasks)]
     for rollout in rollouts:
         groups[rollout.task_index].append(rollout.episode)
     return groups
 
 
-def _groups_to_train(groups: list[list[Any]], signal: list[bool], wanted: int) -> list[list[Any]]:
+def _groups_to_train(groups: list[PreparedGroup], wanted: int) -> list[PreparedGroup]:
     """Dynamic sampling's batch: the first `wanted` groups that carry a learning signal."""
-    return [group for group, has_signal in zip(groups, signal, strict=True) if has_signal][:wanted]
+    return [group for group in groups if group.has_signal][:wanted]
+
+
+def _rollout_metrics(rolled: _StepRollouts) -> dict[str, float]:
+    # The training reward describes every rollout of the step, not only the groups kept for training.
+    return {
+        **reward_stats([group.kept for group in rolled.groups]),
+        "groups_rolled_out": len(rolled.groups),
+        "groups_with_signal": rolled.groups_with_signal,
+        "rollout_rounds": rolled.rounds,
+    }
 
 
 def _out_of_time(started: float, budget_s: float | None) -> bool:

@@ -100,7 +100,9 @@ def _reward_to_go(steps: list[float], final_return: float, gamma: float) -> list
     return rewards[::-1]
 
 
-def _validated(values: Any, calls: list[LLMCall], rule: Callable[..., Any]) -> list[float | None]:
+def _validated(
+    values: Sequence[float | None], calls: list[LLMCall], rule: Callable[..., Any]
+) -> list[float | None]:
     name = getattr(rule, "__qualname__", repr(rule))
     try:
         values = list(values)

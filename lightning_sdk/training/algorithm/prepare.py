@@ -1,6 +1,9 @@
 """From a step's episodes to training samples: error policy, call selection, credit, advantages, samples.
 
-These are the stages of docs/training.md between rollout and update, as one function over plain data:
+These are the stages of docs/training.md between rollout and update. Each group (one task's episodes) is
+prepared once, by `prepare_group`; dynamic sampling reads `PreparedGroup.has_signal`, and
+`samples_from_groups` turns the chosen groups into samples and the step's metrics. For a whole batch in
+one call:
 
     prepared = prepare_samples(groups, config, endpoint_base_url=..., model=...)
     stats = train_on_samples(model, optimizer, scheduler, prepared.samples, config, pad_token_id)
@@ -13,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lightning_sdk.tracing.episode import Episode
-from lightning_sdk.training.algorithm.advantages import compute_advantages, group_advantages
+from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.training.algorithm.advantages import group_advantages
 from lightning_sdk.training.algorithm.credit import (
     assign_credit,
     count_untrained_calls,
@@ -27,12 +30,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PreparedBatch",
+    "PreparedGroup",
     "apply_error_policy",
     "episode_failed",
     "group_has_signal",
+    "prepare_group",
     "prepare_samples",
     "reward_stats",
+    "samples_from_groups",
 ]
+
+SKIP_REASONS = ("no_spread", "too_few_episodes")
+"""Why a group gives no samples (see `lightning_sdk.training.algorithm.advantages`)."""
 
 
 @dataclass
@@ -46,6 +55,44 @@ class PreparedBatch:
     `groups_skipped_no_spread`, `groups_skipped_too_few_episodes`, `calls_trained`,
     `calls_untrained_<reason>`, `samples`, `tokens_sampled` (completion tokens of every call of
     every episode, trained or not)."""
+
+
+@dataclass
+class PreparedGroup:
+    """One task's episodes after the error policy, call selection, credit and advantages.
+
+    Each stage runs once per group (the error policy changes failed episodes in place, and a `credit`
+    function may be costly); dynamic sampling, the samples and the step's metrics all read this object.
+    The per-episode lists are aligned with `kept`.
+    """
+
+    episodes: list[Episode]
+    """Every episode of the group, failed and unscored ones included."""
+    kept: list[Episode]
+    """The episodes the error policy keeps (`apply_error_policy`)."""
+    counts: dict[str, int]
+    """`episodes_failed` and `episodes_unscored`."""
+    untrained_calls: dict[str, int]
+    """Calls of the kept episodes left untrained, by reason (`count_untrained_calls`)."""
+    calls: list[list[LLMCall]]
+    """Per kept episode, the calls that are trained (`select_trainable_calls`)."""
+    rewards: list[list[float | None]]
+    """Per kept episode, the credited reward of each trained call (`assign_credit`)."""
+    advantages: list[list[float | None]] | None
+    """Per kept episode, the advantage of each trained call; None when the group is skipped."""
+    skipped: str | None
+    """Why the group gives no samples (one of `SKIP_REASONS`), or None."""
+
+    @property
+    def has_signal(self) -> bool:
+        """True when GRPO can learn from the group: at least two episodes have trained calls and their
+        credited rewards differ, so the group has advantages."""
+        return self.advantages is not None
+
+    @property
+    def calls_trained(self) -> int:
+        """How many calls carry an advantage (0 for a skipped group)."""
+        return sum(value is not None for episode in self.advantages or [] for value in episode)
 
 
 def episode_failed(episode: Episode) -> bool:
@@ -77,27 +124,67 @@ def apply_error_policy(group: Sequence[Episode], on_error: str) -> tuple[list[Ep
     return kept, counts
 
 
+def prepare_group(
+    group: Sequence[Episode],
+    config: TrainerConfig,
+    endpoint_base_url: str | None = None,
+    model: str | None = None,
+) -> PreparedGroup:
+    """Run the error policy, call selection, credit and advantages on one task's episodes.
+
+    Args:
+        group: the task's `group_size` finished episodes (failed ones included).
+        config: the `TrainerConfig` (on_error, train_agents, credit, gamma, scale_advantages,
+            advantage_eps).
+        endpoint_base_url: the trainer's endpoint; calls to any other server are not trained.
+        model: the served model name; calls that asked for another model are not trained.
+
+    Under `on_error="zero"` failed episodes are modified in place (their return becomes 0).
+    """
+    kept, counts = apply_error_policy(group, config.on_error)
+    untrained = count_untrained_calls(kept, config.train_agents, endpoint_base_url, model)
+    calls = [
+        select_trainable_calls(episode, config.train_agents, endpoint_base_url, model) for episode in kept
+    ]
+    rewards = [
+        assign_credit(episode, episode_calls, config.credit, config.gamma)
+        for episode, episode_calls in zip(kept, calls, strict=True)
+    ]
+    advantages, skipped = group_advantages(rewards, scale=config.scale_advantages, eps=config.advantage_eps)
+    return PreparedGroup(list(group), kept, counts, untrained, calls, rewards, advantages, skipped)
+
+
 def group_has_signal(
     group: Sequence[Episode],
     config: TrainerConfig,
     endpoint_base_url: str | None = None,
     model: str | None = None,
 ) -> bool:
-    """True when GRPO can learn from the group: after the error policy and credit assignment, at least
-    two episodes have trainable calls and their credited rewards differ (`prepare_samples` would give it
-    advantages). Under `on_error="zero"` failed episodes are scored 0 in place, as there."""
-    kept, _ = apply_error_policy(group, config.on_error)
-    rewards = [
-        assign_credit(
-            episode,
-            select_trainable_calls(episode, config.train_agents, endpoint_base_url, model),
-            config.credit,
-            config.gamma,
-        )
-        for episode in kept
-    ]
-    advantages, _ = group_advantages(rewards, scale=config.scale_advantages, eps=config.advantage_eps)
-    return advantages is not None
+    """True when GRPO can learn from the group (see `PreparedGroup.has_signal`). Under `on_error="zero"`
+    failed episodes are scored 0 in place, as in `prepare_group`."""
+    return prepare_group(group, config, endpoint_base_url, model).has_signal
+
+
+def samples_from_groups(groups: Sequence[PreparedGroup], config: TrainerConfig) -> PreparedBatch:
+    """The training samples of prepared groups (none from a skipped group) and the metrics of
+    `PreparedBatch`, over these groups only. Reads `config.mode`, `temperature` and `max_sample_tokens`."""
+    metrics: dict[str, float] = _episode_counts(groups)
+    metrics.update(reward_stats([group.kept for group in groups]))
+    metrics.update(_untrained_call_counts(groups))
+    metrics["groups"] = len(groups)
+    for reason in SKIP_REASONS:
+        metrics[f"groups_skipped_{reason}"] = sum(group.skipped == reason for group in groups)
+    metrics["calls_trained"] = sum(group.calls_trained for group in groups)
+    samples = [sample for group in groups for sample in _group_samples(group, config)]
+    samples, metrics["samples_dropped_too_long"] = _within_cap(samples, config.max_sample_tokens)
+    metrics["samples"] = len(samples)
+    metrics["tokens_sampled"] = sum(
+        len(call.completion_token_ids or [])
+        for group in groups
+        for episode in group.episodes
+        for call in episode.all_calls()
+    )
+    return PreparedBatch(samples=samples, metrics=metrics)
 
 
 def prepare_samples(
@@ -106,75 +193,20 @@ def prepare_samples(
     endpoint_base_url: str | None = None,
     model: str | None = None,
 ) -> PreparedBatch:
-    """Turn a step's episodes (one group per task) into training samples.
+    """Turn a step's episodes (one group per task) into training samples: `prepare_group` on each group,
+    then `samples_from_groups`.
 
     Args:
         groups: per task, its `group_size` finished episodes (failed ones included).
         config: the `TrainerConfig` (on_error, train_agents, credit, gamma, scale_advantages,
-            advantage_eps, mode, temperature).
+            advantage_eps, mode, temperature, max_sample_tokens).
         endpoint_base_url: the trainer's endpoint; calls to any other server are not trained.
         model: the served model name; calls that asked for another model are not trained.
 
     Failed episodes of a `"zero"` group are modified in place (their return becomes 0).
     """
-    metrics: dict[str, float] = {"episodes": 0, "episodes_failed": 0, "episodes_unscored": 0}
-    kept_groups: list[list[Episode]] = []
-    for group in groups:
-        kept, counts = apply_error_policy(group, config.on_error)
-        metrics["episodes"] += len(group)
-        for key, value in counts.items():
-            metrics[key] += value
-        kept_groups.append(kept)
-
-    metrics.update(reward_stats(kept_groups))
-    for reason, count in count_untrained_calls(
-        [episode for group in kept_groups for episode in group], config.train_agents, endpoint_base_url, model
-    ).items():
-        metrics[f"calls_untrained_{reason}"] = count
-
-    selected = [
-        [select_trainable_calls(episode, config.train_agents, endpoint_base_url, model) for episode in group]
-        for group in kept_groups
-    ]
-    rewards = [
-        [
-            assign_credit(episode, calls, config.credit, config.gamma)
-            for episode, calls in zip(group, group_calls, strict=True)
-        ]
-        for group, group_calls in zip(kept_groups, selected, strict=True)
-    ]
-    advantages = compute_advantages(rewards, scale=config.scale_advantages, eps=config.advantage_eps)
-    metrics["groups"] = len(groups)
-    for reason in ("no_spread", "too_few_episodes"):
-        metrics[f"groups_skipped_{reason}"] = advantages.skipped_groups.get(reason, 0)
-
-    samples: list[Sample] = []
-    for group, group_calls, advantages_of_group in zip(
-        kept_groups, selected, advantages.advantages, strict=True
-    ):
-        if advantages_of_group is None:
-            continue
-        for episode, calls, call_advantages in zip(group, group_calls, advantages_of_group, strict=True):
-            samples += build_samples(
-                calls, call_advantages, episode.id, config.mode, None, config.temperature
-            )
-    metrics["calls_trained"] = sum(
-        1
-        for group in advantages.advantages
-        if group
-        for episode in group
-        for value in episode
-        if value is not None
-    )
-    samples, metrics["samples_dropped_too_long"] = _within_cap(samples, config.max_sample_tokens)
-    metrics["samples"] = len(samples)
-    metrics["tokens_sampled"] = sum(
-        len(call.completion_token_ids or [])
-        for group in groups
-        for episode in group
-        for call in episode.all_calls()
-    )
-    return PreparedBatch(samples=samples, metrics=metrics)
+    prepared = [prepare_group(group, config, endpoint_base_url, model) for group in groups]
+    return samples_from_groups(prepared, config)
 
 
 def reward_stats(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:
@@ -182,6 +214,34 @@ def reward_stats(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:
     returns = [episode.reward for group in groups for episode in group if episode.reward is not None]
     mean = math.fsum(returns) / len(returns) if returns else math.nan
     return {"reward_mean": mean, "reward_std": _std(returns)}
+
+
+def _episode_counts(groups: Sequence[PreparedGroup]) -> dict[str, float]:
+    """`episodes` (all of them), `episodes_failed` and `episodes_unscored` over the groups."""
+    return {
+        "episodes": sum(len(group.episodes) for group in groups),
+        "episodes_failed": sum(group.counts["episodes_failed"] for group in groups),
+        "episodes_unscored": sum(group.counts["episodes_unscored"] for group in groups),
+    }
+
+
+def _untrained_call_counts(groups: Sequence[PreparedGroup]) -> dict[str, float]:
+    """`calls_untrained_<reason>` summed over the groups, for the reasons that occurred."""
+    totals: dict[str, float] = {}
+    for group in groups:
+        for reason, count in group.untrained_calls.items():
+            key = f"calls_untrained_{reason}"
+            totals[key] = totals.get(key, 0) + count
+    return totals
+
+
+def _group_samples(group: PreparedGroup, config: TrainerConfig) -> list[Sample]:
+    if group.advantages is None:
+        return []
+    samples: list[Sample] = []
+    for episode, calls, advantages in zip(group.kept, group.calls, group.advantages, strict=True):
+        samples += build_samples(calls, advantages, episode.id, config.mode, None, config.temperature)
+    return samples
 
 
 def _within_cap(samples: list[Sample], max_tokens: int | None) -> tuple[list[Sample], int]:

@@ -15,7 +15,12 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, TextIO
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from lightning_sdk.rollouts.in_process import Rollout
 
 __all__ = ["METRICS_FILE", "EvaluationProgress", "MetricsWriter", "ProgressBar", "read_metrics"]
 
@@ -82,7 +87,7 @@ class MetricsWriter:
             self._truncate_after(resume_step)
         self.history: list[dict[str, Any]] = read_metrics(self.path)
         self._file = self.path.open("a", encoding="utf-8")
-        self._tensorboard = None
+        self._tensorboard: SummaryWriter | None = None
         self._wandb = None
         report_to = list(report_to)
         if "tensorboard" in report_to:
@@ -133,7 +138,7 @@ class MetricsWriter:
         self.close()
 
 
-def _open_tensorboard(folder: Path) -> Any:
+def _open_tensorboard(folder: Path) -> SummaryWriter:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as error:
@@ -170,7 +175,9 @@ class ProgressBar:
     a short line per step. `enabled=False` shows nothing.
     """
 
-    def __init__(self, total: int, initial: int = 0, enabled: bool = True, stream: Any = None) -> None:
+    def __init__(
+        self, total: int, initial: int = 0, enabled: bool = True, stream: TextIO | None = None
+    ) -> None:
         self.total = total
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
@@ -218,7 +225,7 @@ class EvaluationProgress:
     print nothing meanwhile. `enabled=False` shows nothing.
     """
 
-    def __init__(self, step: int, total: int, enabled: bool = True, stream: Any = None) -> None:
+    def __init__(self, step: int, total: int, enabled: bool = True, stream: TextIO | None = None) -> None:
         self.step = step
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
@@ -228,7 +235,7 @@ class EvaluationProgress:
             label = "evaluating the base model" if step == 0 else f"evaluating after step {step}"
             self._bar = tqdm(total=total, desc=label, unit="task", leave=False, file=self.stream)
 
-    def episode_done(self, _rollout: Any = None) -> None:
+    def episode_done(self, _rollout: Rollout | None = None) -> None:
         """Count one finished episode (the `on_finished` callback of `run_rollouts`)."""
         if self._bar is not None:
             self._bar.update(1)

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.store import EpisodeStore
 from lightning_sdk.training.records.metrics import read_metrics
 from lightning_sdk.training.records.run_dir import read_run_info
@@ -164,12 +164,12 @@ def _summary_table(history: list[dict[str, Any]]) -> str:
     return f"<table>{body}</table>"
 
 
-def _number(value: Any) -> str:
+def _number(value: object) -> str:
     # A step whose episodes all failed has no mean reward: metrics.jsonl holds null (its NaN).
     return f"{value:.3f}" if _finite(value) else "n/a"
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
 
 
@@ -205,7 +205,7 @@ def _episode_html(episode: Episode) -> str:
     )
 
 
-def _reply_text(call: Any) -> str:
+def _reply_text(call: LLMCall) -> str:
     """What the model answered: its text and its tool calls as `name(arguments)` (a tool call has no text)."""
     parts = [call.text] if call.text else []
     for tool_call in (call.response_message or {}).get("tool_calls") or []:
@@ -214,7 +214,7 @@ def _reply_text(call: Any) -> str:
     return "\n".join(parts) if parts else str(call.error or "(empty reply)")
 
 
-def _short(value: Any, limit: int = 160) -> str:
+def _short(value: object, limit: int = 160) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

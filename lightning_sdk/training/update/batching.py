@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -133,7 +132,7 @@ def _positions(mask: torch.Tensor, offset: torch.Tensor | int = 0) -> torch.Tens
     return (mask.cumsum(dim=1) - 1).clamp(min=0) + (offset if isinstance(offset, int) else offset[:, None])
 
 
-def _full_logits(model: Any, batch: Batch) -> torch.Tensor:
+def _full_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     index = batch.prompt_index
     input_ids = torch.cat([batch.prompt_ids[index], batch.completion_ids], dim=1)
     mask = torch.cat([batch.prompt_mask[index], batch.completion_mask], dim=1)
@@ -150,7 +149,7 @@ def _full_logits(model: Any, batch: Batch) -> torch.Tensor:
     return logits
 
 
-def _shared_prompt_logits(model: Any, batch: Batch) -> torch.Tensor:
+def _shared_prompt_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     from transformers import DynamicCache
 
     index = batch.prompt_index
@@ -175,7 +174,7 @@ def _shared_prompt_logits(model: Any, batch: Batch) -> torch.Tensor:
     return torch.cat([prompt_output.logits[index, -1:, :], completion_output.logits[:, :-1, :]], dim=1)
 
 
-def _can_share_prompts(model: Any, batch: Batch) -> bool:
+def _can_share_prompts(model: torch.nn.Module, batch: Batch) -> bool:
     inner = getattr(model, "module", model)  # DistributedDataParallel
     if inner is not model or getattr(inner, "is_gradient_checkpointing", False):
         # DDP expects one forward per backward, and checkpointed models drop the cache in training.
@@ -184,7 +183,7 @@ def _can_share_prompts(model: Any, batch: Batch) -> bool:
 
 
 def token_logprobs(
-    model: Any, batch: Batch, with_entropy: bool = True, share_prompts: bool | None = None
+    model: torch.nn.Module, batch: Batch, with_entropy: bool = True, share_prompts: bool | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities `[B, Lc]` of `batch.completion_ids` under `model`, and their entropies.
 

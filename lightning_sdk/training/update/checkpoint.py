@@ -17,11 +17,15 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.update.lora import ADAPTER_WEIGHTS_FILE, load_adapter_weights, save_adapter
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 __all__ = [
     "capture_rng_state",
@@ -117,9 +121,9 @@ def _read_rng(folder: Path) -> dict[str, Any]:
 def save_checkpoint(
     run_dir: str | os.PathLike[str],
     step: int,
-    model: Any,
+    model: PeftModel,
     optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
+    scheduler: LRScheduler | None = None,
     state: dict[str, Any] | None = None,
     keep: int = 3,
 ) -> Path:
@@ -181,9 +185,9 @@ def _is_recent(folder: Path, seconds: float = 3600.0) -> bool:
 
 def load_checkpoint(
     checkpoint: str | os.PathLike[str],
-    model: Any,
+    model: PeftModel,
     optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
+    scheduler: LRScheduler | None = None,
     restore_rng: bool = True,
 ) -> dict[str, Any]:
     """Restore a checkpoint into `model` (adapter weights), `optimizer`, `scheduler` and the random

@@ -7,11 +7,20 @@ Without `torchrun` (no `WORLD_SIZE` in the environment) everything here is a no-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 from lightning_sdk.engine.placement import Placement, plan_placement
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from torch.nn.parallel import DistributedDataParallel
+
+    PolicyModel: TypeAlias = PeftModel | DistributedDataParallel
+    """The LoRA model being trained: a `PeftModel`, wrapped in `DistributedDataParallel` under torchrun."""
+
 __all__ = ["Distributed"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -51,7 +60,7 @@ class Distributed:
         """True on rank 0, which writes checkpoints, metrics and reports."""
         return self.rank == 0
 
-    def wrap(self, model: Any) -> Any:
+    def wrap(self, model: PeftModel) -> PolicyModel:
         """The model wrapped in DistributedDataParallel when there are several ranks."""
         if self.world_size == 1:
             return model
@@ -64,15 +73,15 @@ class Distributed:
         return DistributedDataParallel(model, device_ids=device_ids)
 
     @staticmethod
-    def unwrap(model: Any) -> Any:
+    def unwrap(model: PolicyModel) -> PeftModel:
         """The peft model inside a DDP wrapper (or the model itself)."""
-        return getattr(model, "module", model)
+        return cast("PeftModel", getattr(model, "module", model))
 
-    def shard(self, items: list[Any]) -> list[Any]:
+    def shard(self, items: list[T]) -> list[T]:
         """This rank's share of the step's tasks: every `world_size`-th, starting at `rank`."""
         return items if self.world_size == 1 else items[self.rank :: self.world_size]
 
-    def balance(self, samples: list[Any], minimum_per_rank: int) -> list[Any]:
+    def balance(self, samples: list[T], minimum_per_rank: int) -> list[T]:
         """Even out the samples across ranks, so that every rank makes the same number of all-reduces.
 
         Groups with no reward spread give no samples, so ranks can end a rollout with very different
@@ -83,7 +92,7 @@ class Distributed:
             return samples
         import torch.distributed as dist
 
-        gathered: list[list[Any] | None] = [None] * self.world_size
+        gathered: list[list[T] | None] = [None] * self.world_size
         dist.all_gather_object(gathered, samples)
         everything = [sample for part in gathered for sample in (part or [])]
         if len(everything) < self.world_size * minimum_per_rank:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
@@ -13,7 +13,7 @@ __all__ = ["export_merged_model_folder"]
 
 
 def export_merged_model_folder(
-    model: Any, config: TrainerConfig, path: str | Path, adapter: str | Path | None
+    model: str | Path | None, config: TrainerConfig, path: str | Path, adapter: str | Path | None
 ) -> Path:
     """Load the base model, apply `adapter` (default: the run's final adapter or newest checkpoint), merge,
     and write a folder that transformers and vLLM load without peft."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -17,7 +17,7 @@ from lightning_sdk.engine.placement import auto_dtype
 
 if TYPE_CHECKING:
     from peft import PeftModel
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from lightning_sdk.training.config import TrainerConfig
 
@@ -155,7 +155,7 @@ def load_adapter_weights(model: PeftModel, path: str | os.PathLike[str]) -> None
 def export_merged_model(
     model: PeftModel,
     path: str | os.PathLike[str],
-    tokenizer: Any = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     dtype: torch.dtype | None = None,
 ) -> Path:
     """Write a standalone Hugging Face model folder (config, merged safetensors, tokenizer) to `path`.
@@ -172,7 +172,7 @@ def export_merged_model(
         str(path / "model.safetensors"),
         metadata={"format": "pt"},
     )
-    base: Any = model.get_base_model()
+    base = cast("PreTrainedModel", model.get_base_model())  # peft types it as any torch module
     config = copy.deepcopy(base.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # a GGUF-loaded config would make loaders look for GGUF weights

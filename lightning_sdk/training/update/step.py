@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import math
 import warnings
-from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.update.batching import Batch, collate, micro_batches, token_logprobs
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 
 if TYPE_CHECKING:
+    from peft import PeftModel
+
     from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.update.distributed import PolicyModel
 
 __all__ = ["split_mini_batches", "train_on_samples"]
 
@@ -25,12 +29,12 @@ def split_mini_batches(samples: list[Sample], count: int) -> list[list[Sample]]:
     return [chunk for chunk in (samples[index::count] for index in range(count)) if chunk]
 
 
-def _unwrapped(model: Any) -> Any:
+def _unwrapped(model: PolicyModel) -> PeftModel:
     """The peft model inside a `DistributedDataParallel` wrapper (gradient-free passes need no sync)."""
-    return model.module if isinstance(model, DistributedDataParallel) else model
+    return cast("PeftModel", model.module) if isinstance(model, DistributedDataParallel) else model
 
 
-def _reference_logprobs(model: Any, batch: Batch) -> torch.Tensor:
+def _reference_logprobs(model: PolicyModel, batch: Batch) -> torch.Tensor:
     # The base model is the same network with the adapter switched off: no second copy in memory.
     peft_model = _unwrapped(model)
     with torch.no_grad(), peft_model.disable_adapter():
@@ -38,12 +42,12 @@ def _reference_logprobs(model: Any, batch: Batch) -> torch.Tensor:
     return logprobs
 
 
-def _old_logprobs(model: Any, batches: list[Batch]) -> list[torch.Tensor]:
+def _old_logprobs(model: PolicyModel, batches: list[Batch]) -> list[torch.Tensor]:
     with torch.no_grad():
         return [token_logprobs(_unwrapped(model), batch, with_entropy=False)[0] for batch in batches]
 
 
-def _gradient_sync(model: Any, is_last_micro_batch: bool) -> Any:
+def _gradient_sync(model: PolicyModel, is_last_micro_batch: bool) -> AbstractContextManager[object]:
     # Under DDP, all-reduce the accumulated gradients once per mini-batch, not after every micro-batch.
     if isinstance(model, DistributedDataParallel) and not is_last_micro_batch:
         return model.no_sync()
@@ -51,9 +55,9 @@ def _gradient_sync(model: Any, is_last_micro_batch: bool) -> Any:
 
 
 def train_on_samples(
-    model: Any,
+    model: PolicyModel,
     optimizer: torch.optim.Optimizer,
-    scheduler: Any,
+    scheduler: LRScheduler,
     samples: list[Sample],
     config: TrainerConfig,
     pad_token_id: int = 0,
@@ -85,64 +89,97 @@ def train_on_samples(
             "learning_rate": learning_rate,
         }
     options = LossOptions.from_config(config)
-    device = next(model.parameters()).device
-    parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
-    plan = [
-        [collate(chunk, pad_token_id, device) for chunk in micro_batches(mini, config.micro_batch_size)]
-        for mini in split_mini_batches(samples, config.mini_batches_per_step)
-    ]
+    plan = _plan(samples, config, pad_token_id, device=next(model.parameters()).device)
     # Later mini-batches are trained after earlier updates: measure their ratio against the policy
     # that sampled them, computed before anything changes. The first mini-batch is exactly on-policy.
     old = [None] + [_old_logprobs(model, batches) for batches in plan[1:]]
     model.train()
     totals = LossStats()
-    grad_norms: list[float] = []
-    skipped = 0
-    for mini_index, batches in enumerate(plan):
-        num_sequences = sum(batch.num_sequences for batch in batches)
-        num_tokens = int(sum(float(batch.loss_mask.sum()) for batch in batches))
-        for micro_index, batch in enumerate(batches):
-            reference = _reference_logprobs(model, batch) if options.kl_coef > 0 else None
-            with _gradient_sync(model, micro_index == len(batches) - 1):
-                logprobs, entropy = token_logprobs(model, batch)
-                previous = old[mini_index]
-                old_logprobs = logprobs.detach() if previous is None else previous[micro_index]
-                weights = token_weights(
-                    batch.loss_mask, options.normalization, num_sequences, num_tokens, options.dr_grpo_length
-                )
-                loss, stats = policy_loss(
-                    logprobs,
-                    old_logprobs,
-                    batch.advantages,
-                    weights,
-                    options,
-                    sampling_logprobs=batch.sampling_logprobs,
-                    has_sampling_logprobs=batch.has_sampling_logprobs,
-                    ref_logprobs=reference,
-                    entropy=entropy,
-                )
-                loss.backward()  # type: ignore[no-untyped-call]
-            totals.add(stats)
-        max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
-        if math.isfinite(grad_norm):
-            optimizer.step()
-            grad_norms.append(grad_norm)
-        else:
-            skipped += 1
-        optimizer.zero_grad(set_to_none=True)
+    grad_norms: list[float | None] = []
+    for batches, old_of_batches in zip(plan, old, strict=True):
+        _accumulate_gradients(model, batches, old_of_batches, options, totals)
+        grad_norms.append(_optimizer_step(optimizer, config.max_grad_norm))
+    _advance(scheduler)
+    return _step_summary(totals, grad_norms, learning_rate, len(samples))
+
+
+def _plan(
+    samples: list[Sample], config: TrainerConfig, pad_token_id: int, device: torch.device
+) -> list[list[Batch]]:
+    """Per mini-batch, its collated micro-batches."""
+    return [
+        [collate(chunk, pad_token_id, device) for chunk in micro_batches(mini, config.micro_batch_size)]
+        for mini in split_mini_batches(samples, config.mini_batches_per_step)
+    ]
+
+
+def _accumulate_gradients(
+    model: PolicyModel,
+    batches: list[Batch],
+    old_logprobs: list[torch.Tensor] | None,
+    options: LossOptions,
+    totals: LossStats,
+) -> None:
+    """Backpropagate the loss of one mini-batch's micro-batches and add their statistics to `totals`.
+    `old_logprobs`: per micro-batch, the log-probabilities before this step's updates (None: on-policy)."""
+    num_sequences = sum(batch.num_sequences for batch in batches)
+    num_tokens = int(sum(float(batch.loss_mask.sum()) for batch in batches))
+    for micro_index, batch in enumerate(batches):
+        reference = _reference_logprobs(model, batch) if options.kl_coef > 0 else None
+        with _gradient_sync(model, micro_index == len(batches) - 1):
+            logprobs, entropy = token_logprobs(model, batch)
+            old = logprobs.detach() if old_logprobs is None else old_logprobs[micro_index]
+            weights = token_weights(
+                batch.loss_mask, options.normalization, num_sequences, num_tokens, options.dr_grpo_length
+            )
+            loss, stats = policy_loss(
+                logprobs,
+                old,
+                batch.advantages,
+                weights,
+                options,
+                sampling_logprobs=batch.sampling_logprobs,
+                has_sampling_logprobs=batch.has_sampling_logprobs,
+                ref_logprobs=reference,
+                entropy=entropy,
+            )
+            loss.backward()  # type: ignore[no-untyped-call]
+        totals.add(stats)
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float | None:
+    """Clip the accumulated gradients and step; the gradient norm, or None when it was not finite and the
+    update was skipped. The gradients are cleared either way."""
+    parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
+    max_norm = max_grad_norm if max_grad_norm is not None else math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
+    finite = math.isfinite(grad_norm)
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm if finite else None
+
+
+def _advance(scheduler: LRScheduler) -> None:
     with warnings.catch_warnings():
         # When every update of the step was skipped, torch warns that the scheduler steps before the
         # optimizer; the schedule is counted in training steps, so stepping it anyway is intended.
         warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
         scheduler.step()
+
+
+def _step_summary(
+    totals: LossStats, grad_norms: list[float | None], learning_rate: float, trained_sequences: int
+) -> dict[str, float]:
+    """The step's statistics; `grad_norms` has one entry per mini-batch (None: its update was skipped)."""
+    applied = [norm for norm in grad_norms if norm is not None]
     summary = totals.summary()
-    summary["loss"] = totals.loss / len(plan)
+    summary["loss"] = totals.loss / len(grad_norms)
     summary.update(
-        grad_norm=sum(grad_norms) / len(grad_norms) if grad_norms else math.nan,
+        grad_norm=sum(applied) / len(applied) if applied else math.nan,
         learning_rate=learning_rate,
-        trained_sequences=len(samples),
-        optimizer_steps=len(plan) - skipped,
-        skipped_updates=skipped,
+        trained_sequences=trained_sequences,
+        optimizer_steps=len(applied),
+        skipped_updates=len(grad_norms) - len(applied),
     )
     return summary
