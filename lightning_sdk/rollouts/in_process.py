@@ -20,6 +20,7 @@ from typing import Any
 
 from lightning_sdk.tracing.context import collect_into
 from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.tracing.routing import Router, routing
 
 __all__ = ["Rollout", "agent_accepts_llm", "call_agent", "run_episode", "run_rollouts"]
 
@@ -88,12 +89,14 @@ async def run_rollouts(
     timeout_s: float = 300.0,
     reward_fn: Callable[[Any, Any], float] | None = None,
     on_finished: Callable[[Rollout], None] | None = None,
+    router: Router | None = None,
 ) -> list[Rollout]:
     """Run `agent` on each task `group_size` times, at most `max_concurrency` at once.
 
     Returns one `Rollout` per run, ordered by (task_index, sample_index). `reward_fn(task, output)`
     scores episodes that recorded no reward themselves. `on_finished` is called as each run ends
-    (e.g. to advance a progress bar).
+    (e.g. to advance a progress bar). `router` sends the agent's model calls to the policy (see
+    `lightning_sdk.tracing.routing`).
     """
     kwargs = {"llm": llm} if llm is not None and agent_accepts_llm(agent) else {}
     semaphore = asyncio.Semaphore(max_concurrency)
@@ -101,7 +104,9 @@ async def run_rollouts(
 
         async def run_slot(task_index: int, sample_index: int) -> Rollout:
             async with semaphore:
-                rollout = await run_episode(agent, tasks[task_index], kwargs, executor, timeout_s, reward_fn)
+                rollout = await run_episode(
+                    agent, tasks[task_index], kwargs, executor, timeout_s, reward_fn, router
+                )
             rollout.task_index, rollout.sample_index = task_index, sample_index
             if on_finished is not None:
                 on_finished(rollout)
@@ -121,15 +126,17 @@ async def run_episode(
     executor: ThreadPoolExecutor,
     timeout_s: float,
     reward_fn: Callable[[Any, Any], float] | None,
+    router: Router | None = None,
 ) -> Rollout:
     """Run `agent(task, **kwargs)` once with a timeout and return its recorded episode (a synthetic one
-    holding the error when it produced none). Used by in-process rollouts and by runners alike."""
+    holding the error when it produced none). Used by in-process rollouts and by runners alike; the
+    agent's model calls go where `router` sends them (and its tasks and threads carry it)."""
     sink: list[Episode] = []
     started = time.time()
     output: Any = None
     error: Exception | None = None
     timed_out = False
-    with collect_into(sink):
+    with collect_into(sink), routing(router):
         try:
             output = await asyncio.wait_for(call_agent(agent, task, kwargs, executor), timeout_s)
         except TimeoutError as exc:

@@ -5,8 +5,9 @@ We patch the one method every openai request goes through, `SyncAPIClient.reques
 `AsyncAPIClient.request`, rather than `chat.completions.create`: that way `create`, `parse`,
 `with_raw_response` (which LangChain uses), `with_streaming_response` and the `.stream()` helpers are
 all recorded, even when a wrapper captured the `create` method before we patched it. Requests to
-other endpoints, and every request made outside an episode, pass straight through after one
-ContextVar lookup. The request is never altered: we read it, and wrap what the client returns.
+other endpoints, and every request made outside an episode and outside a rollout, pass straight through
+after two ContextVar lookups. The request is never altered, except by the router a rollout sets (see
+`lightning_sdk.tracing.routing`): we read it, and wrap what the client returns.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from collections.abc import Callable
 from typing import Any
 
 from lightning_sdk.tracing.context import current_call_attributes, current_episode, record_call
-from lightning_sdk.tracing.episode import LLMCall
+from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.errors import never_break_the_agent
 from lightning_sdk.tracing.openai_calls import calls_from_response, failed_call, request_record
 from lightning_sdk.tracing.openai_responses import calls_from_responses_api, responses_request_record
+from lightning_sdk.tracing.openai_routing import route_options
 from lightning_sdk.tracing.openai_streams import tap_async_stream, tap_stream
+from lightning_sdk.tracing.routing import Router, current_router
 
 __all__ = [
     "ensure_openai_instrumented",
@@ -162,9 +165,10 @@ def _options_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 def _sync_request(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def request(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if current_episode() is None:
+        episode, router = current_episode(), current_router()
+        if episode is None and router is None:
             return original(self, *args, **kwargs)
-        recording = _start(self, _options_of(args, kwargs))
+        args, kwargs, recording = _start(self, args, kwargs, episode, router)
         if recording is None:
             return original(self, *args, **kwargs)
         try:
@@ -181,9 +185,10 @@ def _sync_request(original: Callable[..., Any]) -> Callable[..., Any]:
 def _async_request(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def request(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if current_episode() is None:
+        episode, router = current_episode(), current_router()
+        if episode is None and router is None:
             return await original(self, *args, **kwargs)
-        recording = _start(self, _options_of(args, kwargs))
+        args, kwargs, recording = _start(self, args, kwargs, episode, router)
         if recording is None:
             return await original(self, *args, **kwargs)
         try:
@@ -197,26 +202,41 @@ def _async_request(original: Callable[..., Any]) -> Callable[..., Any]:
     return request
 
 
-def _start(client: Any, options: Any) -> _Recording | None:
+def _start(
+    client: Any, args: tuple[Any, ...], kwargs: dict[str, Any], episode: Episode | None, router: Router | None
+) -> tuple[tuple[Any, ...], dict[str, Any], _Recording | None]:
+    """The request's arguments as the router sends them, and its recording (None: not recorded)."""
     with never_break_the_agent("reading an openai request"):
+        options = _options_of(args, kwargs)
         kind = _endpoint_kind(options)
-        return _Recording(kind, client, options) if kind else None
-    return None
+        if kind is None:
+            return args, kwargs, None
+        base_url = _base_url_text(client)
+        attributes = current_call_attributes()
+        if router is not None:
+            agent = attributes.get("agent_name") or (episode.name if episode is not None else None)
+            base_url = route_options(router, client, options, kind, base_url, agent)[1]
+        if episode is None:
+            return args, kwargs, None
+        return args, kwargs, _Recording(kind, options, base_url, episode, attributes)
+    return args, kwargs, None
 
 
 class _Recording:
     """One request's recording: the episode and attributes captured at its start, and its outcome."""
 
-    def __init__(self, kind: str, client: Any, options: Any) -> None:
+    def __init__(
+        self, kind: str, options: Any, base_url: str, episode: Episode, attributes: dict[str, Any]
+    ) -> None:
         body = dict(options.json_data or {})
         body.update(getattr(options, "extra_json", None) or {})  # extra_body= values are sent too
         self.prompts = body.get("prompt")
-        self.episode = current_episode()
-        self.attributes = current_call_attributes()
+        self.episode = episode
+        self.attributes = attributes
         if kind == "responses":
-            self.template = responses_request_record(body, _base_url_text(client), time.time())
+            self.template = responses_request_record(body, base_url, time.time())
         else:
-            self.template = request_record(kind, body, _base_url_text(client), time.time())
+            self.template = request_record(kind, body, base_url, time.time())
         self.recorded = False
         self.parsed = False
 

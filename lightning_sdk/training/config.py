@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from lightning_sdk.rollouts.runners import Runners
+from lightning_sdk.tracing.routing import RouteTarget
 from lightning_sdk.training.config_checks import config_problem
 
 __all__ = ["DEFAULT_LORA_TARGET_MODULES", "TrainerConfig"]
@@ -110,6 +111,15 @@ class TrainerConfig:
     """The tool-call format the model writes and the endpoint reads: `"hermes"` (the bundled model's, and
     the one the server can also constrain and force) or a vLLM `--tool-call-parser` name (`"llama3_json"`,
     `"mistral"`, `"qwen3_xml"`, ...) for models whose chat template renders tools their own way."""
+    routes: Mapping[str, RouteTarget] | None = None
+    """Which of the agent's model calls the policy answers during rollouts and evaluations, whatever base
+    URL the agent's client was built with and whenever it was built (a client made at import time
+    included). Keys select calls by model name (`"gpt-4o-mini"`) or by agent name (`"agent:planner"`), as
+    regular expressions matched against the whole name; the first key that matches decides. Values are
+    `"policy"` (the trained model answers, and the call is trained) or `"keep"` (the call goes where its
+    client was going: a hosted judge, a hosted planner). Calls no key selects keep their destination.
+    `None` (the default): every chat, completion and responses call goes to the policy. Outside `fit`
+    nothing is redirected."""
     upstream_base_url: str | None = None
     """Where the agent's OpenAI requests that the policy does not serve (`/v1/embeddings`, moderations,
     files, ...) go during training, passed through unchanged with the key in `upstream_api_key_env`.
@@ -212,6 +222,8 @@ class TrainerConfig:
         self.report_to = tuple(self.report_to)
         if isinstance(self.train_agents, (list, tuple, set, frozenset)):
             self.train_agents = tuple(self.train_agents)
+        if isinstance(self.routes, Mapping):
+            self.routes = dict(self.routes)  # a copy: the caller's dict may change after the run starts
         if isinstance(self.runners, Mapping):  # from a JSON config file (`lightning-sdk train --config`)
             self.runners = _runners_from_mapping(self.runners)
         problem = config_problem(self)

@@ -236,6 +236,16 @@ def _check_runners(config: Any) -> str | None:
     return None
 
 
+def _check_routes(config: Any) -> str | None:
+    from lightning_sdk.tracing.routing import compile_routes
+
+    try:
+        compile_routes(config.routes)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
 def _check_upstream(config: Any) -> str | None:
     url = config.upstream_base_url
     if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
@@ -288,5 +298,6 @@ _CHECKS: list[Check] = [
     _choice("weight_sync"),
     _check_report_to,
     _check_runners,
+    _check_routes,
     _check_upstream,
 ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
+from lightning_sdk.tracing.routing import Router, compile_routes
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.event_loop import RunLoop
@@ -68,10 +69,14 @@ class TrainingSession:
     """False for an engine the caller passed in: `close()` leaves it awake and running."""
     queue: RolloutQueue | None = None
     """The runner protocol's queue, when `config.runners` is set."""
+    router: Router | None = None
+    """Sends the agent's model calls to the endpoint during rollouts (`config.routes`); set by `start`."""
     remote: RemoteRollouts | None = None
     """Rollouts on runners (set by `use_runners`); None: rollouts in this process."""
     loop: RunLoop = field(default_factory=RunLoop)
     """The event loop every rollout and evaluation of the run runs on."""
+    checked_routes: bool = False
+    """`config.routes` was checked against the calls of the first rollouts (see `rollouts`)."""
     warned_too_long: bool = False
     """The warning about samples over `config.max_sample_tokens` was given (it is given once per run)."""
 
@@ -125,6 +130,7 @@ class TrainingSession:
             distributed,
             owns_engine=owns_engine,
             queue=queue,
+            router=Router(server.endpoint.base_url, server.endpoint.api_key, compile_routes(config.routes)),
         )
 
     # --- identity -------------------------------------------------------------------------------------
@@ -206,9 +212,27 @@ class TrainingSession:
                 timeout_s=config.episode_timeout_s,
                 reward_fn=reward,
                 on_finished=on_finished,
+                router=self.router,
             )
         )
+        self._warn_about_unused_routes()
         return rollouts
+
+    def _warn_about_unused_routes(self) -> None:
+        """After the run's first rollouts: say which keys of `config.routes` selected no call, with the
+        models the agent did call (a typo in a model name would otherwise train nothing, silently)."""
+        if self.checked_routes or self.config.routes is None or self.router is None:
+            return
+        self.checked_routes = True
+        unused = self.router.unused_keys()
+        if unused:
+            seen = ", ".join(repr(model) for model in self.router.models_seen()) or "none"
+            log.warning(
+                "routes: %s selected no call of the first rollouts; the agent called the models %s. "
+                "Check the names in TrainerConfig(routes=...).",
+                ", ".join(repr(key) for key in unused),
+                seen,
+            )
 
     # --- phases ---------------------------------------------------------------------------------------
     @contextmanager

@@ -1,0 +1,93 @@
+"""The openai client's side of routing (see `lightning_sdk.tracing.routing`): one request's options rewritten
+for the policy's endpoint, or left as they were.
+
+A request the router sends to the policy keeps its body (model name included: the trainer's endpoint
+answers any model name during training) and goes to the endpoint's URL for its kind, with the run's key as
+its only credential: every header the client would add of its own (its key, organisation, project, an
+Azure `api-key`, a gateway's token) is removed, so nothing the agent's client carries reaches our endpoint.
+A request the router keeps goes where it was going; only when it would carry the run's key to another
+server (a client built during the rollout from the environment the trainer set, pointed elsewhere) is that
+key taken off, so the run's key never leaves the run.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from lightning_sdk.tracing.routing import POLICY, Router
+
+__all__ = ["KIND_PATHS", "route_options"]
+
+KIND_PATHS = {"chat": "/chat/completions", "completion": "/completions", "responses": "/responses"}
+"""The endpoint path of each kind of call the capture records (and the router may redirect)."""
+
+_KEPT_HEADERS = frozenset({"accept", "content-type", "user-agent"})
+"""Headers a routed request keeps; `x-stainless-*` (the client's own bookkeeping) are kept too."""
+_CREDENTIAL_HEADERS = ("api-key", "x-api-key", "openai-organization", "openai-project")
+"""Added by some clients' auth rather than their default headers (Azure's `api-key`, for one)."""
+
+_removed_headers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_routed_headers: weakref.WeakKeyDictionary[Any, tuple[str, Mapping[str, Any]]] = weakref.WeakKeyDictionary()
+"""Per client, the headers of a routed request that adds none of its own (the common case), read-only and
+shared by all such requests: building them anew costs more than the rest of the routing."""
+
+
+def route_options(
+    router: Router, client: Any, options: Any, kind: str, base_url: str, agent: str | None
+) -> tuple[Any, str]:
+    """`options` as the router sends them (changed in place), and the base URL the call is recorded under."""
+    body = options.json_data if isinstance(options.json_data, dict) else {}
+    model = body.get("model")
+    ours = router.is_endpoint(base_url)
+    if router.target(model if isinstance(model, str) else None, agent) == POLICY:
+        if ours and getattr(client, "api_key", None) == router.api_key:
+            return options, base_url  # a client already pointed at the endpoint (built inside the rollout)
+        # Changed in place: the client builds these options afresh for every request (`post()` constructs
+        # them) and `request()` copies them before its first attempt, so no one else sees the change, and a
+        # copy of our own would double the cost of routing.
+        options.url = router.base_url + KIND_PATHS[kind]
+        options.headers = _routed(client, router, options.headers)
+        return options, router.base_url
+    if not ours and getattr(client, "api_key", None) == router.api_key:
+        options.headers = {**(options.headers or {}), "Authorization": _omit()}
+    return options, base_url
+
+
+def _routed(client: Any, router: Router, request_headers: Any) -> Mapping[str, Any]:
+    """The headers of a routed request: the run's key, and removals of every credential (see the module)."""
+    if not request_headers:
+        cached = _routed_headers.get(client)
+        if cached is None or cached[0] != router.api_key:
+            headers = {**_without_credentials(client, None), "Authorization": f"Bearer {router.api_key}"}
+            cached = (router.api_key, MappingProxyType(headers))
+            _routed_headers[client] = cached
+        return cached[1]
+    return {**_without_credentials(client, request_headers), "Authorization": f"Bearer {router.api_key}"}
+
+
+def _without_credentials(client: Any, request_headers: Any) -> dict[str, Any]:
+    """The request's own headers that a routed request keeps (the client reads some of them back, such as
+    `x-stainless-raw-response`), and every other header of the client or the request as a removal."""
+    removed = _removed_headers.get(client)
+    if removed is None:
+        names = {name.lower() for name in getattr(client, "default_headers", {})}
+        removed = {name: _omit() for name in sorted(names | set(_CREDENTIAL_HEADERS)) if _removable(name)}
+        _removed_headers[client] = removed
+    headers = dict(removed)
+    for name, value in (request_headers or {}).items():
+        headers[name.lower()] = _omit() if _removable(name.lower()) else value
+    return headers
+
+
+def _removable(name: str) -> bool:
+    return name not in _KEPT_HEADERS and not name.startswith("x-stainless-")
+
+
+def _omit() -> Any:
+    """openai's marker that removes a header the client would otherwise send."""
+    from openai import Omit
+
+    return Omit()

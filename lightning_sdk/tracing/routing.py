@@ -1,0 +1,180 @@
+"""Routing: during a rollout, the model calls the policy replaces reach the trainer's endpoint, whatever base
+URL the agent's client was built with and whenever it was built.
+
+Most agents build their client once, at import time (`client = OpenAI()` at the top of a module), so it
+reads `OPENAI_BASE_URL` before the trainer sets it and would call the hosted model during training. The
+openai capture sees every request such a client sends; while a `Router` is in force (the trainer and the
+runner set one around each rollout, and only there), it sends the requests the router picks to the policy's
+endpoint instead, with the run's key in place of the client's credentials, and records them with the
+endpoint's URL so that they are trained. Every other request goes where it was going, untouched, except
+that the run's key is never sent anywhere but the run's endpoint.
+
+Which calls the policy replaces is one map (`TrainerConfig.routes`): keys select calls by model name, or by
+agent name with an `agent:` prefix (regular expressions matched against the whole name; the first key that
+matches decides), values name the target: `"policy"`, or `"keep"` for the client's own destination. Calls
+that no key selects keep their destination. With no map, every chat, completion and responses call goes to
+the policy: the common agent, one model behind a client built at import, trains with no setting.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from lightning_sdk.tracing.urls import same_endpoint
+
+__all__ = [
+    "POLICY",
+    "RouteRule",
+    "RouteTarget",
+    "Router",
+    "compile_routes",
+    "current_router",
+    "routing",
+]
+
+log = logging.getLogger("lightning_sdk.tracing")
+
+RouteTarget = Literal["policy", "keep"]
+"""Where a selected call goes: the policy's endpoint, or the destination its client was built with."""
+POLICY: RouteTarget = "policy"
+_AGENT_PREFIX = "agent:"
+
+
+@dataclass(frozen=True)
+class RouteRule:
+    """One key of the routing map, compiled."""
+
+    key: str
+    """The key as the user wrote it (for messages)."""
+    by: Literal["model", "agent"]
+    pattern: re.Pattern[str]
+    target: RouteTarget
+
+    def selects(self, model: str | None, agent: str | None) -> bool:
+        name = model if self.by == "model" else agent
+        return name is not None and self.pattern.fullmatch(name) is not None
+
+
+def compile_routes(routes: Mapping[str, str] | None) -> tuple[RouteRule, ...]:
+    """The map as rules, in order; a `ValueError` that names the bad key otherwise. None: everything goes
+    to the policy."""
+    if routes is None:
+        return (RouteRule(".*", "model", re.compile(".*", re.DOTALL), POLICY),)
+    if not isinstance(routes, Mapping):
+        raise ValueError(
+            f"routes={routes!r} must map model names (or 'agent:<name>') to 'policy' or 'keep', "
+            'e.g. {"gpt-4o-mini": "policy"}.'
+        )
+    targets = get_args(RouteTarget)
+    rules = []
+    for key, target in routes.items():
+        if not isinstance(key, str) or not key.strip() or key.strip() == _AGENT_PREFIX:
+            raise ValueError(f"routes: key {key!r} must be a model name or 'agent:<agent name>'.")
+        if target not in targets:
+            raise ValueError(f"routes[{key!r}] = {target!r}: the target must be one of {', '.join(targets)}.")
+        by: Literal["model", "agent"] = "agent" if key.startswith(_AGENT_PREFIX) else "model"
+        text = key.removeprefix(_AGENT_PREFIX) if by == "agent" else key
+        try:
+            pattern = re.compile(text.strip())
+        except re.error as error:
+            raise ValueError(
+                f"routes: key {key!r} is not a valid regular expression ({error}); write the model name "
+                "as it is, escaping characters such as '(' or '[' with a backslash."
+            ) from None
+        rules.append(RouteRule(key, by, pattern, target))  # type: ignore[arg-type]  # checked above
+    return tuple(rules)
+
+
+@dataclass
+class Router:
+    """Where a rollout's calls go: the policy's endpoint for the calls its rules pick, else where they were
+    going. Decisions are cached per (model, agent), so a call pays one dict lookup after the first.
+
+    Args:
+        base_url: The policy's OpenAI endpoint (`http://127.0.0.1:<port>/v1`).
+        api_key: The run's key, sent to that endpoint in place of the client's credentials.
+        rules: `compile_routes(...)`.
+    """
+
+    base_url: str
+    api_key: str
+    rules: tuple[RouteRule, ...] = field(default_factory=lambda: compile_routes(None))
+    _decisions: dict[tuple[str | None, str | None], RouteTarget] = field(default_factory=dict, repr=False)
+    _used: set[str] = field(default_factory=set, repr=False)
+    _seen_models: set[str] = field(default_factory=set, repr=False)
+    _endpoints: dict[str, bool] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.base_url = self.base_url.rstrip("/")
+
+    def target(self, model: str | None, agent: str | None) -> RouteTarget:
+        """Where a call of `model` made by `agent` goes."""
+        decision = self._decisions.get((model, agent))
+        if decision is None:
+            decision = self._decide(model, agent)
+        return decision
+
+    def is_endpoint(self, base_url: str) -> bool:
+        """True when `base_url` names the policy's endpoint (`same_endpoint`, cached per URL)."""
+        known = self._endpoints.get(base_url)
+        if known is None:
+            known = self._endpoints[base_url] = same_endpoint(base_url, self.base_url)
+        return known
+
+    def unused_keys(self) -> list[str]:
+        """The map's keys that selected no call so far (to warn about after a step)."""
+        with self._lock:
+            return [rule.key for rule in self.rules if rule.key not in self._used]
+
+    def models_seen(self) -> list[str]:
+        """Every model name a routed-or-kept call asked for so far."""
+        with self._lock:
+            return sorted(self._seen_models)
+
+    def _decide(self, model: str | None, agent: str | None) -> RouteTarget:
+        matching = [rule for rule in self.rules if rule.selects(model, agent)]
+        decision: RouteTarget = matching[0].target if matching else "keep"
+        conflicting = {rule.key for rule in matching if rule.target != decision}
+        if conflicting:
+            log.warning(
+                "routes: the call of model %r by agent %r is selected by %r (-> %s) and also by %s; the "
+                "first key decides. Reorder or narrow the keys if that is not what you meant.",
+                model,
+                agent,
+                matching[0].key,
+                decision,
+                ", ".join(repr(key) for key in sorted(conflicting)),
+            )
+        with self._lock:
+            if matching:
+                self._used.add(matching[0].key)
+            if model is not None:
+                self._seen_models.add(model)
+            self._decisions[(model, agent)] = decision
+        return decision
+
+
+_router: contextvars.ContextVar[Router | None] = contextvars.ContextVar("lightning_sdk_router", default=None)
+
+
+def current_router() -> Router | None:
+    """The router in force in this context (set around each rollout), or None: nothing is redirected."""
+    return _router.get()
+
+
+@contextmanager
+def routing(router: Router | None) -> Iterator[Router | None]:
+    """Route the openai calls made inside the block (and in tasks and threads that carry its context)."""
+    token = _router.set(router)
+    try:
+        yield router
+    finally:
+        _router.reset(token)
