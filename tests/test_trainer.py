@@ -226,18 +226,18 @@ def test_train_agents_leaves_other_agents_untrained(engine: Any, tmp_path: Path)
     assert [call.agent_name for call in episode.all_calls()] == ["writer", "checker"]
 
 
-def test_a_client_built_before_fit_is_named_in_a_warning(
+def test_calls_a_routing_map_keeps_elsewhere_are_named_in_a_warning(
     engine: Any, tmp_path: Path, openai_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The classic first-run mistake: a client created at import time keeps talking to another server.
-    stale_client = openai.OpenAI(base_url=openai_server.base_url, api_key=openai_server.api_key)
+    # A map that names no model the agent calls keeps every call on its server: nothing to train, said once.
+    hosted_client = openai.OpenAI(base_url=openai_server.base_url, api_key=openai_server.api_key)
 
     @ls.trace_agent(name="stale")
     def stale_agent(task: dict[str, Any]) -> str:
-        reply = stale_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        reply = hosted_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         return reply.choices[0].message.content or ""
 
-    config = small_config(tmp_path / "run", max_steps=2)
+    config = small_config(tmp_path / "run", max_steps=2, routes={"another-model": "policy"})
     with caplog.at_level("WARNING", logger="lightning_sdk.training"):
         ls.Trainer(config=config, engine=engine).fit(stale_agent, TASKS, reward=lambda task, out: len(out))
 
@@ -245,6 +245,7 @@ def test_a_client_built_before_fit_is_named_in_a_warning(
     warnings = [message for message in messages if "trainer's endpoint" in message]
     assert len(warnings) == 1  # once per run, not once per step
     assert warnings[0].startswith("Step 1:") and openai_server.base_url.rstrip("/") in warnings[0]
+    assert "TrainerConfig(routes=...)" in warnings[0]
     steps = [record for record in read_metrics(tmp_path / "run") if "reward_mean" in record]
     untrained = [(record["calls_untrained_other_endpoint"], record["calls_trained"]) for record in steps]
     assert untrained == [(8, 0), (8, 0)]

@@ -27,7 +27,7 @@ def test_calls_to_another_server_name_the_server_and_the_fix() -> None:
     problems = step_problems(groups, ENDPOINT)
     assert list(problems) == ["other_server"]
     assert "https://api.openai.com/v1" in problems["other_server"]
-    assert "inside the agent function" in problems["other_server"]
+    assert "TrainerConfig(routes=...)" in problems["other_server"]
 
 
 def test_one_call_reaching_the_endpoint_is_enough() -> None:

@@ -1,7 +1,7 @@
 """Plain-language warnings for a training step that had nothing to learn from, and why.
 
-The usual first-run mistakes (an openai client built at import time that still talks to another server,
-an agent whose model calls are not recorded, an agent that fails on every task) do not crash anything:
+The usual first-run mistakes (a routing map that keeps every call on another server, an agent whose model
+calls are not recorded, an agent that fails on every task) do not crash anything:
 the trainer would run, train on nothing and report a flat curve. These checks name the cause and the fix
 after the first step that shows it, once per run and cause.
 """
@@ -49,9 +49,10 @@ def _other_server(episodes: list[Episode], endpoint: str) -> str | None:
     urls = sorted({str(call.base_url) for call in calls})[:_MAX_URLS_SHOWN]
     return (
         f"none of the step's {len(calls)} LLM calls reached the trainer's endpoint ({endpoint}); they went "
-        f"to {', '.join(urls)}, and calls to another server are never trained. Build the client inside the "
-        "agent function (a client created at import time read OPENAI_BASE_URL before the trainer set it), "
-        "or declare an `llm` parameter and use llm.openai_client() or llm.base_url / llm.api_key."
+        f"to {', '.join(urls)}, and calls to another server are never trained. TrainerConfig(routes=...) "
+        "decides which calls the policy answers (by model name, or 'agent:<name>'); with routes set, calls "
+        "that no key sends to 'policy' keep their destination. Name the models the policy replaces there, or "
+        "leave routes unset to send every call to the policy."
     )
 
 
