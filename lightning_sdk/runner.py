@@ -10,9 +10,18 @@ from lightning_sdk.rollouts.runner import (
     LeasedRollout,
     ProtocolRefusal,
     TrainerClient,
+    TrainingOver,
     arun_runner,
     load_agent,
     run_runner,
 )
 
-__all__ = ["LeasedRollout", "ProtocolRefusal", "TrainerClient", "arun_runner", "load_agent", "run_runner"]
+__all__ = [
+    "LeasedRollout",
+    "ProtocolRefusal",
+    "TrainerClient",
+    "TrainingOver",
+    "arun_runner",
+    "load_agent",
+    "run_runner",
+]

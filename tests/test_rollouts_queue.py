@@ -148,3 +148,23 @@ def test_closing_fails_what_is_open_and_ends_long_polls_at_once(clock) -> None:
     assert waiting == [None]  # the long poll did not have to run out
     assert queue.lease("c", wait_s=3600) is None
     assert [o.failure for o in queue.wait(ids, timeout_s=0)] == ["the training run ended"]
+
+
+def test_a_closed_queue_says_why(clock) -> None:
+    queue, _ = open_queue(clock)
+    assert queue.closed_because is None
+    queue.close("the training run ended")
+    assert queue.closed_because == "the training run ended"  # the routes answer 410 with it
+
+
+def test_the_lease_that_holds_a_rollout_is_found_by_its_id(clock) -> None:
+    queue, _ = open_queue(clock)
+    lease = queue.lease("a")
+    assert queue.leased("r0", lease.lease_id) == lease
+    with pytest.raises(LeaseLost):
+        queue.leased("r0", "another")
+    with pytest.raises(UnknownRollout):
+        queue.leased("nope", lease.lease_id)
+    clock.now = 11  # expired: the lease holds nothing any more
+    with pytest.raises(LeaseLost, match="the lease expired"):
+        queue.leased("r0", lease.lease_id)

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -225,6 +226,11 @@ def test_bad_requests_get_clear_errors_and_lose_nothing(protocol_server) -> None
         good.post(f"/v1/rollouts/{second['rollout_id']}/episode", content=b"{not json"), 400, "invalid_json"
     )
     refused(good.post("/v1/rollouts/lease", json={"runner": "t", "wait_s": 999}), 400, "invalid_value")
+    misspelt = good.post("/v1/rollouts/lease", json={"runner": "t", "wait": 5})
+    refused(misspelt, 400, "invalid_value")
+    assert misspelt.json()["error"]["param"] == "wait"
+    assert misspelt.json()["error"]["message"] == "Unknown field 'wait': this body takes runner, wait_s."
+    refused(good.post("/v1/rollouts/lease", json=[1]), 400, "invalid_json")
     huge = b'{"lease_id": "x", "episode": {"output": "' + b"x" * (33 * 1024 * 1024) + b'"}}'
     refused(good.post(f"/v1/rollouts/{second['rollout_id']}/episode", content=huge), 413, "payload_too_large")
     # Nothing refused changed what was stored, and the server still serves both protocols.
@@ -242,7 +248,7 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
     queue, server = protocol_server
     root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
     http = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=60)
-    [rollout_id] = queue.submit([RolloutSpec("g0", {"question": "What is 2 + 2?"})])
+    [rollout_id] = queue.submit([RolloutSpec("g0", {"question": "What is 2 + 2?"}, policy_version=5)])
     lease = http.post("/v1/rollouts/lease", json={"runner": "curl", "wait_s": 1}).json()
     gateway = lease["gateway_base_url"]
     assert gateway == f"{root}/rollouts/g0/{lease['lease_id']}/v1"
@@ -270,6 +276,12 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
         f"/v1/rollouts/{rollout_id}/reward", json={"lease_id": lease["lease_id"], "reward": "high"}
     )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_reward"
+    too_many = http.post(
+        f"/v1/rollouts/{rollout_id}/reward",
+        json={"lease_id": lease["lease_id"], "reward": 1.0, "step_rewards": [0.5, None, 1.0]},
+    )
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "step_rewards"
+    assert "3 entries for 2 recorded calls" in too_many.json()["error"]["message"]
     done = http.post(
         f"/v1/rollouts/{rollout_id}/reward",
         json={
@@ -280,10 +292,18 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
             "name": "curl-agent",
         },
     )
-    assert done.json() == {"stored": True, "calls": 2}
+    assert done.json() == {"stored": True, "calls": 2}  # the refused reports lost none of the calls
     [outcome] = queue.wait([rollout_id], timeout_s=5)
     episode = ls.Episode.from_dict(outcome.episode)
     assert episode.name == "curl-agent" and episode.reward == 1.0 and episode.output == "4"
+    # Where it came from, as a runner's episode says it (docs/scaling.md, "What an episode carries").
+    assert {key: episode.metadata[key] for key in ("rollout_id", "attempt", "policy_version", "gateway")} == {
+        "rollout_id": "g0",
+        "attempt": 1,
+        "policy_version": 5,
+        "gateway": True,
+    }
+    assert episode.metadata["base_url"] == gateway
     first, second = episode.calls
     assert first.prompt_token_ids == whole["prompt_token_ids"]
     assert first.completion_token_ids == whole["choices"][0]["token_ids"]  # the exact ids it served
@@ -386,3 +406,134 @@ def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(
     assert _structure(tmp_path / "ray") == _structure(tmp_path / "here")
     [record] = [r for r in result.history if "reward_mean" in r]
     assert record["samples"] > 0 and _adapter_moved(result) and _adapter_moved(in_process)
+
+
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+def test_gateway_records_tool_calls_and_every_choice_as_served(protocol_server) -> None:
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    http = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+    [rollout_id] = queue.submit([RolloutSpec("t0", {"question": "What is 2 + 3?"})])
+    lease = http.post("/v1/rollouts/lease", json={"runner": "tools", "wait_s": 1}).json()
+    gateway = lease["gateway_base_url"]
+    ask = {
+        "model": "default",
+        "messages": [{"role": "user", "content": "What is 2 + 3?"}],
+        "tools": [ADD],
+        "tool_choice": {"type": "function", "function": {"name": "add"}},
+        "max_tokens": 40,
+        "temperature": 0,
+    }
+    whole = http.post(f"{gateway}/chat/completions", json=ask).json()
+    streamed_calls = []
+    with http.stream("POST", f"{gateway}/chat/completions", json={**ask, "stream": True}) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: {"):
+                for choice in httpx.Response(200, content=line[6:]).json()["choices"]:
+                    streamed_calls += choice["delta"].get("tool_calls") or []
+    prompts = ["2 + 3 =", "The sky is"]
+    texts = http.post(
+        f"{gateway}/completions",
+        json={"model": "default", "prompt": prompts, "n": 2, "max_tokens": 4, "temperature": 0},
+    ).json()
+    done = http.post(f"/v1/rollouts/{rollout_id}/reward", json={"lease_id": lease["lease_id"], "reward": 0.0})
+    assert done.json() == {"stored": True, "calls": 6}  # a call per choice: 1 + 1 + 2 prompts x 2
+    [outcome] = queue.wait([rollout_id], timeout_s=5)
+    chat, chat_streamed, *completions = ls.Episode.from_dict(outcome.episode).calls
+    [served] = whole["choices"]
+    assert served["message"]["tool_calls"]  # the forced call was made
+    # The calls as the agent received them, ids included (its next request answers them by id).
+    assert chat.response_message == served["message"] and chat.text == served["message"]["content"]
+    assert (chat.finish_reason, chat.usage) == (served["finish_reason"], whole["usage"])
+    assert chat.prompt_token_ids == whole["prompt_token_ids"] and chat.messages == ask["messages"]
+    assert chat.completion_token_ids == served["token_ids"] and chat.logprobs == served["token_logprobs"]
+    assert chat.tools == [ADD] and chat.sampling["tool_choice"] == ask["tool_choice"]
+    assert streamed_calls and chat_streamed.response_message["tool_calls"] == [
+        {key: value for key, value in call.items() if key != "index"} for call in streamed_calls
+    ]
+    assert chat_streamed.trainable and chat_streamed.usage is None  # no usage was asked for, none sent
+    for call, choice in zip(completions, texts["choices"], strict=True):
+        assert (call.choice_index, call.text) == (choice["index"], choice["text"])
+        assert call.prompt_token_ids == choice["prompt_token_ids"]  # each choice's own prompt
+        assert call.completion_token_ids == choice["token_ids"]
+        assert call.request_id == texts["id"] and call.kind == "completion"
+    assert len({call.id for call in completions}) == 4  # one record per choice
+
+
+def _never_runs(task: Any) -> Any:
+    raise AssertionError(f"no rollout should reach a runner once training is over: {task}")
+
+
+def test_when_training_is_over_runners_stop_and_every_request_is_told(protocol_server) -> None:
+    from lightning_sdk.runner import run_runner
+
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    http = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    [rollout_id] = queue.submit([RolloutSpec("last", {"question": "What is 2 + 2?"})])
+    lease = http.post("/v1/rollouts/lease", json={"runner": "curl", "wait_s": 1}).json()
+    # A runner with nothing to run waits in its long poll; closing the queue answers it.
+    returned: list[int] = []
+    runner = threading.Thread(target=lambda: returned.append(run_runner(_never_runs, root, key)), daemon=True)
+    runner.start()
+    queue.close("the training run ended")
+    runner.join(120)
+    assert returned == [0]  # it stopped by itself, having uploaded nothing
+    held = {"lease_id": lease["lease_id"]}
+    ask = {"model": "default", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    for answer in (
+        http.post("/v1/rollouts/lease", json={"runner": "curl", "wait_s": 1}),
+        http.post(f"{lease['gateway_base_url']}/chat/completions", json=ask),
+        http.post(f"/v1/rollouts/{rollout_id}/reward", json={**held, "reward": 1.0}),
+        http.post(f"/v1/rollouts/{rollout_id}/renew", json=held),
+        http.post(f"/v1/rollouts/{rollout_id}/episode", json={**held, "episode": {}}),
+    ):
+        assert answer.status_code == 410, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "training_over" and "the training run ended" in error["message"]
+    assert http.get("/v1/rollouts").json() == {"pending": 0, "leased": 0, "done": 1}
+    [outcome] = queue.wait([rollout_id], timeout_s=5)
+    assert outcome.failure == "the training run ended"
+
+
+def test_a_runner_routes_an_agent_whose_client_was_built_before_it_started(
+    protocol_server, openai_server
+) -> None:
+    from lightning_sdk.runner import run_runner
+
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    hosted = openai.OpenAI(base_url=openai_server.base_url, api_key=openai_server.api_key, max_retries=0)
+
+    @ls.trace_agent(name="import-time")
+    def agent(task: dict[str, Any]) -> str:
+        # "default": this test server (unlike the trainer's) answers only its own model's names.
+        reply = hosted.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": task["question"]}], max_tokens=4
+        )
+        return reply.choices[0].message.content or ""
+
+    [rollout_id] = queue.submit([RolloutSpec("routed", {"question": "Name a fruit."})])
+    returned: list[int] = []
+    runner = threading.Thread(
+        target=lambda: returned.append(run_runner(agent, root, key, max_rollouts=1)), daemon=True
+    )
+    runner.start()
+    [outcome] = queue.wait([rollout_id], timeout_s=120)
+    runner.join(60)
+    assert returned == [1] and openai_server.requests == []  # the hosted model saw nothing
+    [call] = ls.Episode.from_dict(outcome.episode).all_calls()
+    assert call.base_url == server.endpoint.base_url and call.trainable  # the trainer's endpoint served it

@@ -5,60 +5,40 @@ An agent in any language leases a rollout like a runner does, then sends its Ope
 them exactly as on `/v1` and records each call into the lease's episode, with the token ids it served;
 each call also renews the lease. When the agent is done it posts its reward (and optional step rewards,
 one per recorded call) to `/v1/rollouts/<rollout id>/reward`, which completes the rollout.
+
+The record of a call is made from what the serving layer served (`ServedCall`: plain data, the token ids
+included), never by reading the response back. Only the request half differs between APIs: a Responses
+request is recorded in chat terms (`responses_request_record`), so credit assignment and training treat it
+like a chat call.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import dataclasses
 import threading
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from types import SimpleNamespace
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lightning_sdk.rollouts.queue import RolloutQueue
-from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.tracing.openai_calls import StreamAssembler, calls_from_response, request_record
-from lightning_sdk.tracing.openai_responses import (
-    ResponsesStreamAssembler,
-    calls_from_responses_api,
-    responses_request_record,
-)
+from lightning_sdk.rollouts.schemas import Lease, RewardReport
+from lightning_sdk.serving.served import ApiKind, ServedCall, ServedChoice, ServedObserver
+from lightning_sdk.tracing.episode import Episode, LLMCall, new_id
+from lightning_sdk.tracing.errors import never_break_the_agent
+from lightning_sdk.tracing.openai_calls import request_record
+from lightning_sdk.tracing.openai_responses import responses_request_record
 
-__all__ = ["GatewayRecorder", "RewardReport", "parse_reward_report"]
+__all__ = ["REQUEST_RECORDS", "GatewayRecorder", "RequestRecord", "RewardReport", "calls_from_served"]
 
+RequestRecord = Callable[[Mapping[str, Any], str | None, float], LLMCall]
+"""The request half of a call's record: `(body, base_url, started_at) -> LLMCall`."""
 
-@dataclass(frozen=True)
-class RewardReport:
-    """What an agent posts when it is done (validated by `parse_reward_report`)."""
-
-    reward: float
-    step_rewards: list[float | None]
-    output: Any
-    error: str | None
-    name: str
-
-
-def parse_reward_report(body: dict[str, Any]) -> RewardReport:
-    """The reward body, or a `ValueError` that names the bad field."""
-    reward = body.get("reward")
-    if not _finite(reward):
-        raise ValueError("reward must be a finite number (the episode's return).")
-    assert isinstance(reward, int | float)  # for the type checker: _finite said so
-    steps = body.get("step_rewards", [])
-    if not isinstance(steps, list) or not all(step is None or _finite(step) for step in steps):
-        raise ValueError("step_rewards must be a list of numbers or nulls, one per recorded call, in order.")
-    error = body.get("error")
-    if error is not None and not isinstance(error, str):
-        raise ValueError("error must be a string (why the agent failed) or absent.")
-    name = body.get("name", "gateway")
-    if not isinstance(name, str) or not name:
-        raise ValueError("name must be a non-empty string (the agent's name).")
-    return RewardReport(
-        float(reward), [None if s is None else float(s) for s in steps], body.get("output"), error, name
-    )
+REQUEST_RECORDS: Mapping[ApiKind, RequestRecord] = {
+    "chat": lambda body, base_url, started_at: request_record("chat", body, base_url, started_at),
+    "completion": lambda body, base_url, started_at: request_record("completion", body, base_url, started_at),
+    "responses": responses_request_record,
+}
+"""How each API's request is recorded."""
 
 
 class GatewayRecorder:
@@ -73,97 +53,86 @@ class GatewayRecorder:
         """Raise `UnknownRollout` / `LeaseLost` unless the lease holds the rollout; renews it."""
         self._queue.renew(rollout_id, lease_id)
 
-    def template(self, api: str, body: dict[str, Any], base_url: str) -> LLMCall:
-        """The request half of a call's record; `api` is "chat", "completion" or "responses"."""
-        if api == "responses":
-            return responses_request_record(body, base_url, time.time())
-        return request_record(api, body, base_url, time.time())
+    def recording(
+        self, rollout_id: str, lease_id: str, api: ApiKind, body: Mapping[str, Any], base_url: str
+    ) -> ServedObserver:
+        """An observer for `OpenAIAPI.serve` that records the served call into the lease's episode."""
+        template = REQUEST_RECORDS[api](body, base_url, time.time())
 
-    def record_response(
-        self, rollout_id: str, lease_id: str, api: str, template: LLMCall, response: dict[str, Any]
-    ) -> None:
-        """Record a whole response (a chat or text completion, or a Response, as the app returned it)."""
-        whole = _openai_object(api, response)
-        if api == "responses":
-            self._add(rollout_id, lease_id, calls_from_responses_api(template, whole))
-        else:
-            self._add(rollout_id, lease_id, calls_from_response(template, whole))
+        def record(served: ServedCall) -> None:
+            with never_break_the_agent("recording a gateway call"):
+                calls = calls_from_served(template, served)
+                with self._lock:
+                    episode = self._episodes.setdefault((rollout_id, lease_id), Episode(name="gateway"))
+                    episode.calls.extend(calls)
 
-    async def record_stream(
-        self, rollout_id: str, lease_id: str, api: str, template: LLMCall, events: AsyncIterator[Any]
-    ) -> AsyncIterator[Any]:
-        """Pass a stream's server-sent events through, recording what was sent once it ends."""
-        assembler: Any = (
-            ResponsesStreamAssembler(template) if api == "responses" else StreamAssembler(template)
-        )
-        closed_early = True
-        try:
-            async for event in events:
-                yield event
-                text = event.decode() if isinstance(event, bytes) else str(event)
-                for line in text.splitlines():
-                    if line.startswith("data: ") and line != "data: [DONE]":
-                        assembler.add(_openai_object(api, line[len("data: ") :], chunk=True))
-            closed_early = False
-        finally:
-            self._add(rollout_id, lease_id, assembler.calls(closed_early=closed_early))
+        return record
 
-    def finish(
-        self, rollout_id: str, lease_id: str, task: Any, report: RewardReport, base_url: str
-    ) -> dict[str, Any]:
-        """The finished episode of a lease, as the JSON the queue stores."""
+    def finish(self, lease: Lease, report: RewardReport, base_url: str) -> dict[str, Any]:
+        """The finished episode of a lease, as the JSON the queue stores (a `ValueError` when the report
+        does not fit the recorded calls; the calls stay recorded for a corrected report)."""
+        key = (lease.rollout_id, lease.lease_id)
         with self._lock:
-            episode = self._episodes.pop((rollout_id, lease_id), None) or Episode()
-        calls = episode.calls
-        if len(report.step_rewards) > len(calls):
-            raise ValueError(
-                f"step_rewards has {len(report.step_rewards)} entries for {len(calls)} recorded calls."
-            )
-        for call, step in zip(calls, report.step_rewards):
+            calls = self._episodes[key].calls if key in self._episodes else []
+            if len(report.step_rewards) > len(calls):
+                raise ValueError(
+                    f"step_rewards has {len(report.step_rewards)} entries for {len(calls)} recorded calls."
+                )
+            episode = self._episodes.pop(key, None) or Episode()
+        for call, step in zip(episode.calls, report.step_rewards):
             if step is not None:
                 call.add_reward(step)
-        episode.name, episode.task, episode.output, episode.ended_at = (
-            report.name,
-            task,
-            report.output,
-            time.time(),
-        )
-        for call in calls:
+        for call in episode.calls:
             call.agent_name = report.name
+        episode.name, episode.task, episode.output = report.name, lease.task, report.output
+        episode.ended_at = time.time()
         episode.rewards["reward"] = report.reward
         if report.error is not None:
             episode.error = {"type": "AgentError", "message": report.error, "traceback": ""}
-        episode.metadata.update(gateway=True, base_url=base_url)
+        # The keys a runner's episode carries too (docs/scaling.md, "What an episode carries").
+        episode.metadata.update(
+            gateway=True,
+            rollout_id=lease.rollout_id,
+            attempt=lease.attempt,
+            policy_version=lease.policy_version,
+            base_url=base_url,
+        )
         return episode.to_dict()
 
-    def _add(self, rollout_id: str, lease_id: str, calls: list[LLMCall]) -> None:
-        with self._lock:
-            episode = self._episodes.setdefault((rollout_id, lease_id), Episode(name="gateway"))
-            episode.calls.extend(calls)
+
+def calls_from_served(template: LLMCall, served: ServedCall) -> list[LLMCall]:
+    """One record per choice of a served call; `template` is the request half (`REQUEST_RECORDS`)."""
+    choices = served.choices or [ServedChoice(0, [])]  # a stream closed before its first token
+    calls = []
+    for choice in choices:
+        call = _for_choice(template, choice.index, len(choices))
+        content = choice.content if choice.content is not None or choice.tool_calls else ""
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if choice.tool_calls:
+            message["tool_calls"] = [dict(tool_call) for tool_call in choice.tool_calls]
+        call.request_id, call.response_message, call.text = served.request_id, message, content
+        call.finish_reason = choice.finish_reason
+        call.usage = dict(served.usage) if served.usage is not None else None
+        call.prompt_token_ids = list(choice.prompt_token_ids)
+        call.completion_token_ids = list(choice.token_ids)
+        call.logprobs = list(choice.logprobs) or None
+        call.latency_s = time.time() - template.started_at
+        call.error = served.error
+        if not served.complete:
+            call.metadata["stream_closed_early"] = True
+        calls.append(call)
+    return calls
 
 
-def _openai_object(api: str, data: Any, chunk: bool = False) -> Any:
-    """The app's JSON as the openai client's objects, which the capture's record builders read.
-
-    Built without validation, as the openai client builds what it receives: recording must never turn a
-    call that was served into an error because a newer openai release requires a field the app omits.
-    """
-    from openai.types import Completion
-    from openai.types.chat import ChatCompletion, ChatCompletionChunk
-    from openai.types.responses import Response
-
-    payload = json.loads(data) if isinstance(data, str) else data
-    if api != "responses":
-        cls: Any = (ChatCompletionChunk if chunk else ChatCompletion) if api == "chat" else Completion
-        return cls.construct(**payload)
-    if not chunk:
-        return Response.construct(**payload)
-    # A stream event: the recorder reads its type, its text delta and the whole response of the last one.
-    event = dict(payload)
-    if isinstance(event.get("response"), dict):
-        event["response"] = Response.construct(**event["response"])
-    return SimpleNamespace(**event)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _for_choice(template: LLMCall, index: int, count: int) -> LLMCall:
+    """The record of choice `index` of `count`: the template itself when it is the only one, else a copy."""
+    if count == 1:
+        template.choice_index = index
+        return template
+    return dataclasses.replace(
+        template,
+        id=new_id(),
+        choice_index=index,
+        sampling=dict(template.sampling),
+        metadata=dict(template.metadata),
+    )

@@ -10,7 +10,8 @@ processes or on other machines, lease a rollout, run the agent and upload the re
 - an upload is accepted once: the same upload again (same lease) is answered as already stored, an upload
   under a lease the rollout no longer has is refused (`LeaseLost`), never mixed in.
 
-Plain data and a lock: no HTTP here (see `lightning_sdk.rollouts.routes`), no torch.
+Plain data and a lock: no HTTP here (see `lightning_sdk.rollouts.routes`), no torch. A lease is the wire's
+`Lease` (`lightning_sdk.rollouts.schemas`): what the queue grants is what the lease route sends.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from lightning_sdk.rollouts.schemas import Lease
 
 __all__ = ["Lease", "LeaseLost", "Outcome", "RolloutQueue", "RolloutSpec", "UnknownRollout"]
 
@@ -47,20 +50,6 @@ class RolloutSpec:
     """The version of the weights the engine serves while this rollout is open."""
 
 
-@dataclass(frozen=True)
-class Lease:
-    """A rollout handed to a runner."""
-
-    rollout_id: str
-    lease_id: str
-    task: Any
-    policy_version: Any
-    attempt: int
-    """1 for the first issue, 2 after one expired lease, ..."""
-    renew_within_s: float
-    """The runner must renew (heartbeat) or upload within this many seconds, or lose the lease."""
-
-
 @dataclass
 class Outcome:
     """What became of a rollout: its uploaded episode (a JSON dict), or why there is none."""
@@ -76,13 +65,18 @@ class Outcome:
 class _Entry:
     spec: RolloutSpec
     attempts: int = 0
-    lease_id: str | None = None
+    lease: Lease | None = None
+    """The lease that holds the rollout now, if one does."""
     runner: str | None = None
     renew_by: float = 0.0
     finish_by: float = 0.0
     outcome: Outcome | None = None
     finished_lease: str | None = None
     history: list[str] = field(default_factory=list)
+
+    @property
+    def lease_id(self) -> str | None:
+        return None if self.lease is None else self.lease.lease_id
 
 
 class RolloutQueue:
@@ -113,7 +107,7 @@ class RolloutQueue:
         self._pending: deque[str] = deque()
         self._changed = threading.Condition()
         self._counter = itertools.count()
-        self._closed = False
+        self._closed_because: str | None = None
 
     # -- the trainer's side ------------------------------------------------------------------------------
     def submit(self, specs: Iterable[RolloutSpec]) -> list[str]:
@@ -165,19 +159,25 @@ class RolloutQueue:
 
     def close(self, reason: str) -> None:
         """The run is ending: fail every open rollout, and answer waiting and later lease requests with none
-        at once (so that the server can stop without cutting long polls off)."""
+        at once (so that the server can stop without cutting long polls off); `closed_because` says why, so
+        that the routes can tell runners that training is over."""
         with self._changed:
-            self._closed = True
+            self._closed_because = reason
             for entry in self._entries.values():
                 self._finish_failed(entry, reason)
             self._changed.notify_all()
+
+    @property
+    def closed_because(self) -> str | None:
+        """Why the queue was closed (`close(reason)`), or None while the run goes on."""
+        return self._closed_because
 
     # -- the runners' side --------------------------------------------------------------------------------
     def lease(self, runner: str, wait_s: float = 0.0) -> Lease | None:
         """The next open rollout for `runner`, waiting up to `wait_s` for one; None when there is none."""
         deadline = self._clock() + wait_s
         with self._changed:
-            while not self._closed:
+            while self._closed_because is None:
                 self._expire_leases()
                 while self._pending:
                     entry = self._entries.get(self._pending.popleft())
@@ -196,6 +196,13 @@ class RolloutQueue:
             entry.renew_by = self._clock() + self.lease_timeout_s
             return self.lease_timeout_s
 
+    def leased(self, rollout_id: str, lease_id: str) -> Lease:
+        """The lease that holds the rollout, when it is `lease_id` (else `LeaseLost` or `UnknownRollout`)."""
+        with self._changed:
+            lease = self._leased(rollout_id, lease_id).lease
+            assert lease is not None  # for the type checker: _leased checked that this lease holds it
+            return lease
+
     def complete(self, rollout_id: str, lease_id: str, episode: dict[str, Any]) -> bool:
         """Store the episode of a leased rollout. True when stored now, False when this lease had already
         stored it (a retried upload). Raises `LeaseLost` or `UnknownRollout` otherwise."""
@@ -207,7 +214,7 @@ class RolloutQueue:
                 return False
             entry = self._leased(rollout_id, lease_id)
             entry.outcome = Outcome(rollout_id, episode, None, entry.attempts, entry.runner)
-            entry.finished_lease, entry.lease_id = lease_id, None
+            entry.finished_lease, entry.lease = lease_id, None
             self._changed.notify_all()
             return True
 
@@ -233,18 +240,19 @@ class RolloutQueue:
     def _grant(self, entry: _Entry, runner: str) -> Lease:
         now = self._clock()
         entry.attempts += 1
-        entry.lease_id, entry.runner = secrets.token_hex(8), runner
+        entry.runner = runner
         entry.renew_by = now + self.lease_timeout_s
         entry.finish_by = now + self.episode_timeout_s + self.lease_timeout_s
         spec = entry.spec
-        return Lease(
-            spec.rollout_id,
-            entry.lease_id,
-            spec.task,
-            spec.policy_version,
-            entry.attempts,
-            self.lease_timeout_s,
+        entry.lease = Lease(
+            rollout_id=spec.rollout_id,
+            lease_id=secrets.token_hex(8),
+            task=spec.task,
+            policy_version=spec.policy_version,
+            attempt=entry.attempts,
+            renew_within_s=self.lease_timeout_s,
         )
+        return entry.lease
 
     def _leased(self, rollout_id: str, lease_id: str) -> _Entry:
         entry = self._entries.get(rollout_id)
@@ -267,7 +275,7 @@ class RolloutQueue:
                 "stopped renewing its lease" if now >= entry.renew_by else "ran past the episode time limit"
             )
             entry.history.append(f"attempt {entry.attempts} on runner {entry.runner!r} {reason}")
-            entry.lease_id = None
+            entry.lease = None
             if entry.attempts >= self.max_attempts:
                 self._finish_failed(entry, "; ".join(entry.history))
             else:
@@ -277,4 +285,4 @@ class RolloutQueue:
     def _finish_failed(self, entry: _Entry, reason: str) -> None:
         if entry.outcome is None:
             entry.outcome = Outcome(entry.spec.rollout_id, None, reason, entry.attempts, entry.runner)
-            entry.lease_id = None
+            entry.lease = None

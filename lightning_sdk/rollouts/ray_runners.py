@@ -96,11 +96,21 @@ class RayRunners:
         return 0
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Kill the actors (no restart), and shut down the Ray cluster if this object started it."""
+        """Let the actors' loops end (a closed queue tells their runners training is over), kill those still
+        running after `timeout_s` (no restart), and shut down the Ray cluster if this object started it."""
+        ray = self._ray
+        _, running = ray.wait(self._loops, num_returns=len(self._loops), timeout=timeout_s)
         for handle in self._actors:
-            self._ray.kill(handle, no_restart=True)
+            ray.kill(handle, no_restart=True)
+        # A killed actor's loop fails; collecting that failure here keeps Ray from printing it at exit as an
+        # unhandled error ("Task _RunnerActor.serve failed ... killed by ray.kill") after a clean run.
+        for loop in running:
+            try:
+                ray.get(loop, timeout=timeout_s)
+            except (ray.exceptions.RayError, TimeoutError):
+                log.debug("runner actor loop ended by ray.kill")
         if self._started_ray:
-            self._ray.shutdown()
+            ray.shutdown()
 
 
 def import_ray() -> ModuleType:

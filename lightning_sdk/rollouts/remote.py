@@ -18,7 +18,7 @@ import logging
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.rollouts.in_process import Rollout, score_with_reward_fn
@@ -39,14 +39,17 @@ log = logging.getLogger("lightning_sdk.rollouts")
 _LOOPBACK = ("127.0.0.1", "localhost")
 
 
-def runner_protocol(runners: Runners, episode_timeout_s: float) -> tuple[RolloutQueue, RouteInstaller]:
-    """The queue runners lease from, and the installer of its routes on the trainer's server."""
+def runner_protocol(
+    runners: Runners, episode_timeout_s: float, routes: Mapping[str, str] | None = None
+) -> tuple[RolloutQueue, RouteInstaller]:
+    """The queue runners lease from, and the installer of its routes on the trainer's server (which hand
+    the run's routing map to runners with every lease)."""
     from lightning_sdk.rollouts.routes import install_rollout_routes
 
     queue = RolloutQueue(runners.lease_timeout_s, episode_timeout_s, runners.max_attempts)
 
     def install(app: Any, authorize: Callable[..., None]) -> None:
-        install_rollout_routes(app, authorize, queue)
+        install_rollout_routes(app, authorize, queue, routes=routes)
 
     return queue, install
 
@@ -172,7 +175,10 @@ class RemoteRollouts:
         if outcome.episode is None:
             episode = Episode(name="runner", task=task, ended_at=time.time())
             episode.error = {"type": "RolloutFailed", "message": str(outcome.failure), "traceback": ""}
-            episode.metadata.update(rollout_id=outcome.rollout_id, attempts=outcome.attempts)
+            # The same keys a runner's episode carries (docs/scaling.md, "What an episode carries").
+            episode.metadata.update(
+                rollout_id=outcome.rollout_id, attempt=outcome.attempts, runner=outcome.runner
+            )
             return episode
         episode = Episode.from_dict(outcome.episode)
         reached = episode.metadata.get("base_url")

@@ -1,47 +1,81 @@
 """The runner protocol, on the trainer's OpenAI-compatible server and behind the same bearer key.
 
-- `POST /v1/rollouts/lease` `{"runner": name, "wait_s": s}`: 200 with a lease (rollout id, lease id, task,
-  policy version, attempt, `renew_within_s`, and `base_url`: the OpenAI endpoint as this client reached
-  the server), or 204 when no rollout opened within `wait_s` (at most 30 s: a long poll).
-- `POST /v1/rollouts/<id>/renew` `{"lease_id"}`: keeps the lease; 409 when it was lost.
-- `POST /v1/rollouts/<id>/episode` `{"lease_id", "episode"}`: the recorded episode (the JSON of
-  `Episode.to_dict()`); 200 `{"stored": true}`, or `{"stored": false}` for a repeated upload; 409 when the
-  rollout is no longer leased under this lease; 404 for a rollout that is not open.
-- `GET /v1/rollouts`: how many open rollouts are pending, leased and done.
-- The gateway (`lightning_sdk.rollouts.gateway`), for agents that do not record themselves:
-  `POST /rollouts/<id>/<lease id>/v1/chat/completions` (and `/completions`, `/responses`, `GET .../models`)
-  answer as `/v1` does and record the call into the lease's episode; other routes under that base URL (an
-  agent's embeddings) pass through as on `/v1` and are not recorded; `POST /v1/rollouts/<id>/reward`
-  `{"lease_id", "reward", "step_rewards"?, "output"?, "error"?, "name"?}` completes the rollout.
+Two routers, one per resource; the key is one dependency, attached where each is mounted. The bodies are the
+models of `lightning_sdk.rollouts.schemas`, which the runner uses too.
 
-Every error is an OpenAI-style error object; nothing already stored changes on a refused request.
+Rollouts (`/v1/rollouts`):
+
+- `POST /v1/rollouts/lease` (`LeaseRequest`): 200 with a `GrantedLease` (the lease, and `base_url` /
+  `gateway_base_url`: the OpenAI endpoint as this client reached the server, plain and recording), or 204
+  when no rollout opened within `wait_s` (at most 30 s: a long poll).
+- `POST /v1/rollouts/<id>/renew` (`RenewRequest`): keeps the lease (`RenewReply`).
+- `POST /v1/rollouts/<id>/episode` (`EpisodeUpload`): the recorded episode (the JSON of
+  `Episode.to_dict()`); `EpisodeStored` says whether it was stored now or by an earlier try of the upload.
+- `POST /v1/rollouts/<id>/reward` (`RewardReport`): an agent that used the gateway is done; completes the
+  rollout with the calls the gateway recorded (`RewardStored`).
+- `GET /v1/rollouts`: how many open rollouts are pending, leased and done (`QueueStats`).
+
+The gateway (`/rollouts/<id>/<lease id>/v1`, see `lightning_sdk.rollouts.gateway`): `chat/completions`,
+`completions` and `responses` are answered by the same code as on `/v1` and recorded into the lease's
+episode; `GET models` as on `/v1`; anything else (an agent's embeddings) passes through as on `/v1`, not
+recorded. Every request there needs the lease, and renews it.
+
+Refusals are OpenAI-style error objects: 400 for a body that does not validate (`param` names the field),
+401 for a wrong key, 404 for a rollout that is not open, 409 for a lease that no longer holds the rollout,
+410 (`training_over`) once the trainer closed the queue, 413 for a body over its size limit. Nothing already
+stored changes on a refused request.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response, StreamingResponse
-from fastapi.routing import APIRoute
+from fastapi.responses import Response
+from pydantic import ValidationError
 
-from lightning_sdk.rollouts.gateway import GatewayRecorder, parse_reward_report
+from lightning_sdk.rollouts.gateway import GatewayRecorder
 from lightning_sdk.rollouts.queue import LeaseLost, RolloutQueue, UnknownRollout
+from lightning_sdk.rollouts.schemas import (
+    GATEWAY_PATH,
+    MAX_LEASE_WAIT_S,
+    EpisodeStored,
+    EpisodeUpload,
+    GrantedLease,
+    LeaseRequest,
+    QueueStats,
+    RenewReply,
+    RenewRequest,
+    RewardReport,
+    RewardStored,
+    WireBody,
+    explain,
+)
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.serving.passthrough import PASSTHROUGH_METHODS, passthrough_endpoint
-from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.serving.openai_api import API_PATHS, OpenAIAPI, openai_api
+from lightning_sdk.serving.passthrough import PASSTHROUGH_METHODS
+from lightning_sdk.serving.served import ApiKind
 
-__all__ = ["MAX_EPISODE_BYTES", "MAX_LEASE_WAIT_S", "install_rollout_routes"]
+__all__ = [
+    "MAX_EPISODE_BYTES",
+    "MAX_LEASE_WAIT_S",
+    "MAX_SMALL_BODY_BYTES",
+    "gateway_router",
+    "install_rollout_routes",
+    "rollouts_router",
+]
 
-MAX_LEASE_WAIT_S = 30.0
-"""Longest long poll of a lease request."""
 MAX_EPISODE_BYTES = 32 * 1024 * 1024
-"""Largest episode upload; a larger one is refused with 413 (an episode of a 135M model's rollout is
-tens of kilobytes; this leaves room for long multi-agent episodes)."""
+"""Largest episode upload (and gateway request); a larger one is refused with 413 (an episode of a 135M
+model's rollout is tens of kilobytes; this leaves room for long multi-agent episodes)."""
+MAX_SMALL_BODY_BYTES = 64 * 1024
+"""Largest lease or renewal request."""
+
+_Body = TypeVar("_Body", bound=WireBody)
 
 
 def install_rollout_routes(
@@ -49,152 +83,154 @@ def install_rollout_routes(
     authorize: Callable[[Request], None],
     queue: RolloutQueue,
     max_episode_bytes: int = MAX_EPISODE_BYTES,
+    routes: Mapping[str, str] | None = None,
 ) -> None:
-    """Add the runner protocol's routes to `app` (`authorize(request)` raises for a wrong or missing key)."""
+    """Mount the runner protocol's routers on `app` (built by `create_app`) behind its key:
+    `authorize(request)` raises for a wrong or missing one. `routes` (the run's routing map) goes to
+    runners with every lease."""
 
-    @app.post("/v1/rollouts/lease")
-    async def lease(request: Request) -> Any:
+    async def key(request: Request) -> None:
         authorize(request)
-        body = await _json_object(request, 64 * 1024)
-        runner = body.get("runner", "runner")
-        wait_s = body.get("wait_s", 0.0)
-        if not isinstance(runner, str) or not runner or len(runner) > 200:
-            raise APIError.bad_request(
-                "runner must be a non-empty name of at most 200 characters.", param="runner"
-            )
-        if (
-            isinstance(wait_s, bool)
-            or not isinstance(wait_s, int | float)
-            or not 0 <= wait_s <= MAX_LEASE_WAIT_S
-        ):
-            raise APIError.bad_request(
-                f"wait_s must be a number from 0 to {MAX_LEASE_WAIT_S:g}.", param="wait_s"
-            )
-        granted = await run_in_threadpool(queue.lease, runner, float(wait_s))
-        if granted is None:
-            return Response(status_code=204)
-        root = str(request.base_url).rstrip("/")
-        return {
-            "rollout_id": granted.rollout_id,
-            "lease_id": granted.lease_id,
-            "task": granted.task,
-            "policy_version": granted.policy_version,
-            "attempt": granted.attempt,
-            "renew_within_s": granted.renew_within_s,
-            "base_url": f"{root}/v1",
-            "gateway_base_url": f"{root}/rollouts/{granted.rollout_id}/{granted.lease_id}/v1",
-        }
 
-    @app.post("/v1/rollouts/{rollout_id}/renew")
-    async def renew(rollout_id: str, request: Request) -> Any:
-        authorize(request)
-        body = await _json_object(request, 64 * 1024)
-        with _protocol_errors():
-            return {"renew_within_s": queue.renew(rollout_id, _lease_id(body))}
-
-    @app.post("/v1/rollouts/{rollout_id}/episode")
-    async def episode(rollout_id: str, request: Request) -> Any:
-        authorize(request)
-        body = await _json_object(request, max_episode_bytes)
-        lease_id = _lease_id(body)
-        recorded = _valid_episode(body.get("episode"))
-        with _protocol_errors():
-            stored = queue.complete(rollout_id, lease_id, recorded)
-        return {"stored": stored}
-
-    @app.get("/v1/rollouts")
-    async def status(request: Request) -> Any:
-        authorize(request)
-        return queue.stats()
-
-    _install_gateway(app, authorize, queue)
-
-
-def _install_gateway(app: FastAPI, authorize: Callable[[Request], None], queue: RolloutQueue) -> None:
-    """Per-lease copies of the app's own OpenAI routes that record each call, and the reward route."""
     recorder = GatewayRecorder(queue)
-    own = {
-        (route.path, method): route.endpoint
-        for route in app.routes
-        if isinstance(route, APIRoute)
-        for method in route.methods
-    }
+    behind_key = [Depends(key)]
+    app.include_router(rollouts_router(queue, recorder, max_episode_bytes, routes), dependencies=behind_key)
+    app.include_router(gateway_router(openai_api(app), queue, recorder), dependencies=behind_key)
 
-    def recorded(api: str, path: str) -> Callable[..., Any]:
-        serve = own[(path, "POST")]
 
-        async def gateway_route(rollout_id: str, lease_id: str, request: Request) -> Any:
-            authorize(request)
-            with _protocol_errors():
-                recorder.check(rollout_id, lease_id)
-            body = await _json_object(request, MAX_EPISODE_BYTES)
-            base_url = str(request.base_url).rstrip("/") + f"/rollouts/{rollout_id}/{lease_id}/v1"
-            template = recorder.template(api, body, base_url)
-            response = await serve(request)  # the body was read above; Starlette hands it out again
-            if isinstance(response, StreamingResponse):
-                response.body_iterator = recorder.record_stream(
-                    rollout_id, lease_id, api, template, aiter(response.body_iterator)
-                )
-            else:
-                recorder.record_response(rollout_id, lease_id, api, template, response)
-            return response
+def rollouts_router(
+    queue: RolloutQueue,
+    recorder: GatewayRecorder,
+    max_episode_bytes: int = MAX_EPISODE_BYTES,
+    routes: Mapping[str, str] | None = None,
+) -> APIRouter:
+    """`/v1/rollouts`: leases, renewals, uploads, rewards and the queue's state (mount it behind the key)."""
+    router = APIRouter(prefix="/v1/rollouts")
+    running = [Depends(_training_not_over(queue))]
 
-        return gateway_route
+    @router.get("")
+    async def status() -> QueueStats:
+        return QueueStats.model_validate(queue.stats())
 
-    app.post("/rollouts/{rollout_id}/{lease_id}/v1/chat/completions")(
-        recorded("chat", "/v1/chat/completions")
-    )
-    app.post("/rollouts/{rollout_id}/{lease_id}/v1/completions")(recorded("completion", "/v1/completions"))
-    app.post("/rollouts/{rollout_id}/{lease_id}/v1/responses")(recorded("responses", "/v1/responses"))
-    models = own[("/v1/models", "GET")]
+    @router.post("/lease", dependencies=running, response_model=None)
+    async def lease(request: Request) -> GrantedLease | Response:
+        asked = await _read(request, LeaseRequest, MAX_SMALL_BODY_BYTES)
+        granted = await run_in_threadpool(queue.lease, asked.runner, asked.wait_s)
+        if granted is None:
+            _refuse_when_over(queue)  # the queue closed during the long poll
+            return Response(status_code=204)
+        return GrantedLease.of(granted, _server_root(request), routes)
 
-    @app.get("/rollouts/{rollout_id}/{lease_id}/v1/models")
-    async def gateway_models(rollout_id: str, lease_id: str, request: Request) -> Any:
-        return await models(request)
-
-    @app.api_route(
-        "/rollouts/{rollout_id}/{lease_id}/v1/{path:path}",
-        methods=PASSTHROUGH_METHODS,
-        include_in_schema=False,
-    )
-    async def gateway_other(rollout_id: str, lease_id: str, path: str, request: Request) -> Any:
-        # Not a policy call (an agent's embeddings, say): answered as on /v1, so passed through to the
-        # upstream or refused there, and not recorded. The lease must still be held.
-        authorize(request)
+    @router.post("/{rollout_id}/renew", dependencies=running)
+    async def renew(rollout_id: str, request: Request) -> RenewReply:
+        asked = await _read(request, RenewRequest, MAX_SMALL_BODY_BYTES)
         with _protocol_errors():
-            recorder.check(rollout_id, lease_id)
-        return await passthrough_endpoint(app)(request, path)
+            return RenewReply(renew_within_s=queue.renew(rollout_id, asked.lease_id))
 
-    @app.post("/v1/rollouts/{rollout_id}/reward")
-    async def reward(rollout_id: str, request: Request) -> Any:
-        authorize(request)
-        body = await _json_object(request, MAX_EPISODE_BYTES)
-        lease_id = _lease_id(body)
-        try:
-            report = parse_reward_report(body)
-        except ValueError as error:
-            raise APIError.bad_request(str(error), code="invalid_reward") from None
-        base_url = str(request.base_url).rstrip("/") + f"/rollouts/{rollout_id}/{lease_id}/v1"
+    @router.post("/{rollout_id}/episode", dependencies=running)
+    async def episode(rollout_id: str, request: Request) -> EpisodeStored:
+        upload = await _read(request, EpisodeUpload, max_episode_bytes)
         with _protocol_errors():
-            recorder.check(rollout_id, lease_id)
+            return EpisodeStored(stored=queue.complete(rollout_id, upload.lease_id, upload.episode))
+
+    @router.post("/{rollout_id}/reward", dependencies=running)
+    async def reward(rollout_id: str, request: Request) -> RewardStored:
+        report = await _read(request, RewardReport, max_episode_bytes)
+        with _protocol_errors():
+            held = queue.leased(rollout_id, report.lease_id)
             try:
-                episode = recorder.finish(rollout_id, lease_id, queue.task(rollout_id), report, base_url)
+                recorded = recorder.finish(held, report, _gateway_url(request, rollout_id, report.lease_id))
             except ValueError as error:
                 raise APIError.bad_request(str(error), param="step_rewards", code="invalid_reward") from None
-            stored = queue.complete(rollout_id, lease_id, episode)
-        return {"stored": stored, "calls": len(episode["calls"])}
+            stored = queue.complete(rollout_id, report.lease_id, recorded)
+        return RewardStored(stored=stored, calls=len(recorded["calls"]))
+
+    return router
 
 
-async def _json_object(request: Request, limit: int) -> dict[str, Any]:
+def gateway_router(api: OpenAIAPI, queue: RolloutQueue, recorder: GatewayRecorder) -> APIRouter:
+    """`/rollouts/<id>/<lease id>/v1`: the app's OpenAI API, recorded into the lease's episode (mount it
+    behind the key). Every request needs the lease, and renews it."""
+
+    async def lease_held(rollout_id: str, lease_id: str) -> None:
+        with _protocol_errors():
+            recorder.check(rollout_id, lease_id)
+
+    router = APIRouter(
+        prefix=GATEWAY_PATH,
+        dependencies=[Depends(_training_not_over(queue)), Depends(lease_held)],
+    )
+    for kind, path in API_PATHS.items():
+        router.add_api_route(path, _recorded(api, recorder, kind), methods=["POST"], name=f"gateway_{kind}")
+
+    @router.get("/models")
+    async def models() -> dict[str, Any]:
+        return api.models()
+
+    @router.api_route("/{path:path}", methods=PASSTHROUGH_METHODS, include_in_schema=False)
+    async def other(path: str, request: Request) -> Any:
+        # Not a policy call (an agent's embeddings, say): answered as on /v1, so passed through to the
+        # upstream or refused there, and not recorded.
+        return await api.pass_through(request, path)
+
+    return router
+
+
+def _recorded(api: OpenAIAPI, recorder: GatewayRecorder, kind: ApiKind) -> Callable[..., Awaitable[Any]]:
+    async def serve(rollout_id: str, lease_id: str, request: Request) -> Any:
+        body = await _read_object(request, MAX_EPISODE_BYTES)
+        base_url = _gateway_url(request, rollout_id, lease_id)
+        return await api.serve(kind, body, recorder.recording(rollout_id, lease_id, kind, body, base_url))
+
+    return serve
+
+
+def _training_not_over(queue: RolloutQueue) -> Callable[[], Awaitable[None]]:
+    async def training_not_over() -> None:
+        _refuse_when_over(queue)
+
+    return training_not_over
+
+
+def _refuse_when_over(queue: RolloutQueue) -> None:
+    reason = queue.closed_because
+    if reason is not None:
+        raise APIError(
+            410,
+            f"Training is over ({reason}): there are no more rollouts to run, and nothing more is recorded "
+            "or stored. Stop this runner or agent.",
+            code="training_over",
+        )
+
+
+def _server_root(request: Request) -> str:
+    """The server as this client reached it (`http://host:port`)."""
+    return str(request.base_url).rstrip("/")
+
+
+def _gateway_url(request: Request, rollout_id: str, lease_id: str) -> str:
+    return _server_root(request) + GATEWAY_PATH.format(rollout_id=rollout_id, lease_id=lease_id)
+
+
+async def _read(request: Request, model: type[_Body], limit: int) -> _Body:
+    """The body validated as `model`: a 400 that names the field and says what to send otherwise."""
+    try:
+        return model.model_validate(await _read_object(request, limit))
+    except ValidationError as error:
+        refusal = explain(error, model)
+        raise APIError.bad_request(refusal.message, param=refusal.param, code=refusal.code) from None
+
+
+async def _read_object(request: Request, limit: int) -> dict[str, Any]:
+    """The body as a JSON object, read up to `limit` bytes (413 beyond)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"The request body is larger than {limit} bytes.", code="payload_too_large")
-    raw = b""
+    raw = bytearray()
     async for chunk in request.stream():  # counted as it arrives, so a missing Content-Length cannot lie
         raw += chunk
         if len(raw) > limit:
             raise APIError(413, f"The request body is larger than {limit} bytes.", code="payload_too_large")
-    request._body = raw  # Starlette's cache of the body: the gateway hands the request on to the app's route
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -204,25 +240,6 @@ async def _json_object(request: Request, limit: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise APIError.bad_request("The request body must be a JSON object.", code="invalid_json")
     return body
-
-
-def _lease_id(body: dict[str, Any]) -> str:
-    lease_id = body.get("lease_id")
-    if not isinstance(lease_id, str) or not lease_id:
-        raise APIError.bad_request("lease_id (from the lease) is required.", param="lease_id")
-    return lease_id
-
-
-def _valid_episode(data: Any) -> dict[str, Any]:
-    """The episode as stored: it must load as an `Episode` (what the trainer will do with it)."""
-    if not isinstance(data, dict):
-        raise APIError.bad_request("episode must be the JSON object of Episode.to_dict().", param="episode")
-    try:
-        return Episode.from_dict(data).to_dict()
-    except (TypeError, ValueError, AttributeError, KeyError) as error:
-        raise APIError.bad_request(
-            f"episode is not a valid Episode: {error}", param="episode", code="invalid_episode"
-        ) from None
 
 
 @contextmanager

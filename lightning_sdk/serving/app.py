@@ -8,34 +8,26 @@ object with a 4xx/5xx status; the app never leaves a connection hanging when the
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.chat_template import template_supports_tools
-from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext, run_engine
+from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext
 from lightning_sdk.serving.errors import APIError, error_body
+from lightning_sdk.serving.openai_api import OpenAIAPI, install_openai_routes
 from lightning_sdk.serving.openapi import openapi_document
-from lightning_sdk.serving.passthrough import SERVE_UPSTREAM_SETTING, install_passthrough_route
-from lightning_sdk.serving.policy import SamplingPolicy
-from lightning_sdk.serving.responses import (
-    ResponseMeta,
-    chat_choice,
-    chat_logprobs,
-    chat_response,
-    completion_choice,
-    completion_logprobs,
-    completion_response,
+from lightning_sdk.serving.passthrough import (
+    SERVE_UPSTREAM_SETTING,
+    install_passthrough_route,
+    passthrough_handler,
 )
-from lightning_sdk.serving.responses_api import install_responses_routes
-from lightning_sdk.serving.schemas import ChatRequest, CompletionRequest, requested_top_logprobs
-from lightning_sdk.serving.streaming import chat_events, completion_events, first_and_rest, merged_streams
+from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.tool_parsers import HERMES, ToolCallParser, make_tool_parser
 from lightning_sdk.serving.upstream import Upstream
 
@@ -62,7 +54,8 @@ def create_app(
     """Build the app. `api_key=None` turns authentication off (for trusted local use only).
 
     `sampling_policy` lets the owner (the trainer) override every request's sampling between phases;
-    `routes` add more routes behind the same key (the trainer's runner protocol). Other `/v1/...`
+    `routes` add more routes behind the same key (the trainer's runner protocol); they find the app's
+    OpenAI API with `openai_api(app)` (`lightning_sdk.serving.openai_api`). Other `/v1/...`
     requests go to `upstream` (`lightning_sdk.serving.passthrough`), or get a 404 that ends with
     `upstream_setting`: how the owner names an upstream. `tool_parser` names the tool-call format the
     model writes (`lightning_sdk.serving.tool_parsers`).
@@ -76,14 +69,13 @@ def create_app(
         _tool_parser(tool_parser, engine.tokenizer),
     )
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
+    forward = passthrough_handler(ctx.authorize, upstream, upstream_setting)
     install_error_handlers(app)
     install_info_routes(app, ctx)
-    install_chat_route(app, ctx)
-    install_completions_route(app, ctx)
-    install_responses_routes(app, ctx)
+    install_openai_routes(app, OpenAIAPI(ctx, forward))
     for install in routes:
         install(app, ctx.authorize)
-    install_passthrough_route(app, ctx.authorize, upstream, upstream_setting)  # last: it takes any /v1/ path
+    install_passthrough_route(app, forward)  # last: it takes any /v1/ path
     return app
 
 
@@ -107,7 +99,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def install_info_routes(app: FastAPI, ctx: ServingContext) -> None:
-    """`/health`, `/openapi.json` (no key) and `/v1/models`."""
+    """`/health` and `/openapi.json` (no key)."""
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -118,121 +110,6 @@ def install_info_routes(app: FastAPI, ctx: ServingContext) -> None:
         from lightning_sdk.version import __version__
 
         return openapi_document("lightning-sdk", __version__, ctx.served)
-
-    @app.get("/v1/models")
-    async def models(request: Request) -> dict[str, Any]:
-        ctx.authorize(request)
-        entry = {
-            "id": ctx.served,
-            "object": "model",
-            "created": 0,
-            "owned_by": "lightning-sdk",
-            "max_model_len": ctx.engine.max_model_len,
-            "weight_version": ctx.engine.weight_version,
-        }
-        return {"object": "list", "data": [entry]}
-
-
-def install_chat_route(app: FastAPI, ctx: ServingContext) -> None:
-    """`POST /v1/chat/completions`."""
-    engine = ctx.engine
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Any:
-        req: ChatRequest = await ctx.read(request, ChatRequest)
-        prepared = ctx.prepare_chat(req)
-        params = prepared.params
-        meta = ResponseMeta("chatcmpl", ctx.served, engine.weight_version)
-        if req.stream:
-            _, deltas = await run_engine(first_and_rest(engine.astream(prepared.prompt, params)))
-            events = chat_events(
-                deltas,
-                meta=meta,
-                tokenizer=ctx.tokenizer,
-                prompt_token_ids=prepared.prompt,
-                n=params.n,
-                text_filter=prepared.text_filter if prepared.tools else None,
-                top_logprobs=prepared.top if prepared.want_logprobs else None,
-                include_usage=req.include_usage,
-            )
-            return StreamingResponse(events, media_type="text/event-stream")
-        result = await run_engine(engine.agenerate(prepared.prompt, params))
-        meta.weight_version = result.weight_version
-        choices = []
-        for completion in result.completions:
-            logprobs = None
-            if prepared.want_logprobs:
-                logprobs = chat_logprobs(
-                    ctx.tokenizer,
-                    completion.token_ids,
-                    completion.logprobs,
-                    completion.top_logprobs,
-                    prepared.top,
-                )
-            choices.append(chat_choice(completion, prepared.parse(completion.text), logprobs))
-        return chat_response(meta, result, choices)
-
-
-def install_completions_route(app: FastAPI, ctx: ServingContext) -> None:
-    """`POST /v1/completions`."""
-    engine, tokenizer = ctx.engine, ctx.tokenizer
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Any:
-        req: CompletionRequest = await ctx.read(request, CompletionRequest)
-        prompts = _prompt_ids(tokenizer, req.prompt)
-        want_logprobs, top = requested_top_logprobs(req)
-        params = ctx.params_for(req, max(len(p) for p in prompts), top, req.max_tokens)
-        meta = ResponseMeta("cmpl", ctx.served, engine.weight_version)
-        if req.stream:
-            _, deltas = await run_engine(first_and_rest(merged_streams(engine, prompts, params)))
-            events = completion_events(
-                deltas,
-                meta=meta,
-                tokenizer=tokenizer,
-                prompts=prompts,
-                n=params.n,
-                top_logprobs=top if want_logprobs else None,
-                include_usage=req.include_usage,
-            )
-            return StreamingResponse(events, media_type="text/event-stream")
-        results = await run_engine(asyncio.gather(*(engine.agenerate(p, params) for p in prompts)))
-        choices = []
-        for position, result in enumerate(results):
-            for completion in result.completions:
-                logprobs = None
-                if want_logprobs:
-                    logprobs = completion_logprobs(
-                        tokenizer, completion.token_ids, completion.logprobs, completion.top_logprobs, top
-                    )
-                choices.append(
-                    completion_choice(
-                        position * params.n + completion.index, result.prompt_token_ids, completion, logprobs
-                    )
-                )
-        meta.weight_version = results[0].weight_version
-        return completion_response(meta, results, choices)
-
-
-def _prompt_ids(tokenizer: Any, prompt: Any) -> list[list[int]]:
-    if isinstance(prompt, str):
-        prompts: list[Any] = [prompt]
-    elif prompt and all(isinstance(token, int) for token in prompt):
-        prompts = [prompt]
-    else:
-        prompts = list(prompt)
-    if not prompts:
-        raise APIError.bad_request("prompt must not be empty.", param="prompt")
-    vocab = len(tokenizer)
-    result = []
-    for item in prompts:
-        ids = tokenizer.encode(item) if isinstance(item, str) else list(item)
-        if not ids:
-            raise APIError.bad_request("prompt must not be empty.", param="prompt")
-        if any(not 0 <= token < vocab for token in ids):
-            raise APIError.bad_request(f"prompt token ids must be between 0 and {vocab - 1}.", param="prompt")
-        result.append(ids)
-    return result
 
 
 def _tool_parser(name: str, tokenizer: Any) -> ToolCallParser:

@@ -87,15 +87,18 @@ class ServingContext:
         if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].strip(), self.api_key):
             raise APIError.unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>'.")
 
-    async def read(self, request: Request, cls: type) -> Any:
-        """The authorized request's JSON body, validated as `cls`, for a model this server serves."""
+    async def read_json(self, request: Request) -> Any:
+        """The authorized request's JSON body."""
         self.authorize(request)
         try:
-            body = json.loads(await request.body())
+            return json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise APIError.bad_request(
                 f"The request body is not valid JSON: {error}", code="invalid_json"
             ) from None
+
+    def parse(self, body: Any, cls: type) -> Any:
+        """A JSON body validated as `cls`, for a model this server serves."""
         parsed = parse_request(cls, body)
         if (
             parsed.model != self.served

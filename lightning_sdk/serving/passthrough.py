@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
@@ -28,8 +28,9 @@ __all__ = [
     "PASSTHROUGH_METHODS",
     "PASSTHROUGH_PATH",
     "SERVE_UPSTREAM_SETTING",
+    "Forward",
     "install_passthrough_route",
-    "passthrough_endpoint",
+    "passthrough_handler",
 ]
 
 log = logging.getLogger(__name__)
@@ -54,16 +55,17 @@ SERVE_UPSTREAM_SETTING = (
 _TIMEOUT_S = 600.0  # the openai client's own default
 
 
-def install_passthrough_route(
-    app: FastAPI, authorize: Callable[[Request], None], upstream: Upstream | None, how_to_set: str
-) -> None:
-    """Answer every `/v1/...` route no earlier route took: pass it to `upstream`, or refuse it clearly.
+Forward = Callable[[Request, str], Awaitable[StreamingResponse]]
+"""A pass-through handler: `forward(request, path)` for a request to `/v1/<path>`."""
 
-    Install it last: routes match in order, and this one matches any path under `/v1/`. `how_to_set` ends
-    the 404's message (the setting that names an upstream where this app runs: a trainer option, a flag).
-    """
 
-    @app.api_route(PASSTHROUGH_PATH, methods=PASSTHROUGH_METHODS, include_in_schema=False)
+def passthrough_handler(
+    authorize: Callable[[Request], None], upstream: Upstream | None, how_to_set: str
+) -> Forward:
+    """The handler of requests the policy does not serve: checks our key, then passes the request to
+    `upstream`, or refuses it clearly; `how_to_set` ends the 404's message (the setting that names an
+    upstream where this app runs: a trainer option, a flag)."""
+
     async def passthrough(request: Request, path: str) -> StreamingResponse:
         authorize(request)  # our key first: the upstream's key is never lent to a caller without ours
         if upstream is None:
@@ -84,14 +86,15 @@ def install_passthrough_route(
             )
         return await _forward(request, upstream, path)
 
+    return passthrough
 
-def passthrough_endpoint(app: FastAPI) -> Callable[[Request, str], Awaitable[Any]]:
-    """The app's pass-through handler, `handler(request, path)`, for routes that end in it (the runner
-    gateway's per-lease base URLs); looked up when called, since it is installed after them."""
-    for route in app.routes:
-        if getattr(route, "path", None) == PASSTHROUGH_PATH:
-            return route.endpoint  # type: ignore[attr-defined, no-any-return]
-    raise RuntimeError("the app has no pass-through route (install_passthrough_route was not called)")
+
+def install_passthrough_route(app: FastAPI, forward: Forward) -> None:
+    """Answer every `/v1/...` route no earlier route took with `forward` (`passthrough_handler`).
+
+    Install it last: routes match in order, and this one matches any path under `/v1/`.
+    """
+    app.api_route(PASSTHROUGH_PATH, methods=PASSTHROUGH_METHODS, include_in_schema=False)(forward)
 
 
 async def _forward(request: Request, upstream: Upstream, path: str) -> StreamingResponse:

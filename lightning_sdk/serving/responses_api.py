@@ -21,19 +21,19 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from lightning_sdk.engine.types import Completion, CompletionDelta
 from lightning_sdk.serving.context import PreparedChat, ServingContext, run_engine
 from lightning_sdk.serving.errors import APIError, error_body
+from lightning_sdk.serving.responses import finish_reason, usage
 from lightning_sdk.serving.schemas import ChatRequest, parse_request
-from lightning_sdk.serving.streaming import first_and_rest
+from lightning_sdk.serving.served import ServedCall, ServedChoice, ServedObserver, StreamedCall
+from lightning_sdk.serving.streaming import event_stream, first_and_rest
 from lightning_sdk.serving.tool_calls import ParsedOutput
 from lightning_sdk.tracing.responses_items import ResponsesInputError, chat_tools, input_messages
 
-__all__ = ["ResponsesRequest", "install_responses_routes", "to_chat_request"]
+__all__ = ["ResponsesRequest", "serve_responses", "to_chat_request"]
 
 
 class ResponsesRequest(BaseModel):
@@ -229,34 +229,46 @@ def _status(finish_reason: str | None) -> str:
 
 
 # --- the route ----------------------------------------------------------------------------------------
-def install_responses_routes(app: FastAPI, ctx: ServingContext) -> None:
-    """`POST /v1/responses`."""
-
-    @app.post("/v1/responses")
-    async def responses(request: Request) -> Any:
-        req: ResponsesRequest = await ctx.read(request, ResponsesRequest)
-        chat = to_chat_request(req)
-        prepared = ctx.prepare_chat(chat)
-        if prepared.params.n != 1:
-            raise APIError.bad_request("n is not part of the Responses API; leave it unset.", param="n")
-        ids = _Ids()
-        if req.stream:
-            _, deltas = await run_engine(first_and_rest(ctx.engine.astream(prepared.prompt, prepared.params)))
-            events = _events(deltas, ids, req, ctx, prepared)
-            return StreamingResponse(events, media_type="text/event-stream")
-        result = await run_engine(ctx.engine.agenerate(prepared.prompt, prepared.params))
-        completion = result.completions[0]
-        output = _output_items(prepared.parse(completion.text), completion)
-        return _response(
-            ids,
-            req,
-            ctx,
-            output,
-            status=_status(completion.finish_reason),
-            prompt_token_ids=result.prompt_token_ids,
-            output_tokens=len(completion.token_ids),
-            weight_version=result.weight_version,
+async def serve_responses(ctx: ServingContext, body: Any, observe: ServedObserver | None = None) -> Any:
+    """`POST /v1/responses`: a Response object, or its event stream; `observe` is handed what was served
+    (one choice, in chat terms: the message text and the function calls)."""
+    req: ResponsesRequest = ctx.parse(body, ResponsesRequest)
+    chat = to_chat_request(req)
+    prepared = ctx.prepare_chat(chat)
+    if prepared.params.n != 1:
+        raise APIError.bad_request("n is not part of the Responses API; leave it unset.", param="n")
+    ids = _Ids()
+    if req.stream:
+        _, deltas = await run_engine(first_and_rest(ctx.engine.astream(prepared.prompt, prepared.params)))
+        served = StreamedCall(ids.response, observe) if observe is not None else None
+        return event_stream(_events(deltas, ids, req, ctx, prepared, served), served)
+    result = await run_engine(ctx.engine.agenerate(prepared.prompt, prepared.params))
+    completion = result.completions[0]
+    parsed = prepared.parse(completion.text)
+    response = _response(
+        ids,
+        req,
+        ctx,
+        _output_items(parsed, completion),
+        status=_status(completion.finish_reason),
+        prompt_token_ids=result.prompt_token_ids,
+        output_tokens=len(completion.token_ids),
+        weight_version=result.weight_version,
+    )
+    if observe is not None:
+        choice = ServedChoice(
+            0,
+            result.prompt_token_ids,
+            parsed.content,
+            parsed.tool_calls,
+            completion.token_ids,
+            completion.logprobs,
+            finish_reason(completion.finish_reason, bool(parsed.tool_calls)),
         )
+        observe(
+            ServedCall(ids.response, [choice], usage(len(result.prompt_token_ids), len(completion.token_ids)))
+        )
+    return response
 
 
 # --- streaming ------------------------------------------------------------------------------------------
@@ -278,9 +290,11 @@ async def _events(
     req: ResponsesRequest,
     ctx: ServingContext,
     prepared: PreparedChat,
+    served: StreamedCall | None = None,
 ) -> AsyncIterator[str]:
     """The standard event sequence: created, in_progress, the text message streamed delta by delta
-    (when the model answers in text), function calls whole at the end, then completed."""
+    (when the model answers in text), function calls whole at the end, then completed. `served`, when
+    given, is told what the events send."""
     emit = _EventWriter()
     token_ids: list[int] = []
     logprobs: list[float] = []
@@ -307,6 +321,8 @@ async def _events(
             logprobs += delta.logprobs
             finish = delta.finish_reason or finish
             piece = text_filter.feed(delta.text) if prepared.tools else delta.text
+            if served is not None:
+                served.add(0, prepared.prompt, text=piece, token_ids=delta.token_ids, logprobs=delta.logprobs)
             if piece:
                 if not streamed:
                     for event in _message_opened(emit, message_id):
@@ -321,9 +337,20 @@ async def _events(
                     logprobs=[],
                 )
     except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
+        if served is not None:
+            served.error = str(error)
         yield emit("error", **error_body(str(error), "server_error", code="engine_error")["error"])
         return
     rest, parsed = text_filter.finish() if prepared.tools else ("", ParsedOutput(streamed, []))
+    if served is not None:
+        served.add(
+            0,
+            prepared.prompt,
+            text=rest,
+            tool_calls=parsed.tool_calls,
+            finish_reason=finish_reason(finish, bool(parsed.tool_calls)),
+        )
+        served.usage = usage(len(prepared.prompt), len(token_ids))
     output: list[dict[str, Any]] = []
     if streamed or rest or not parsed.tool_calls:
         if not streamed:

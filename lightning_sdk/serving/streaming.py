@@ -8,6 +8,8 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from fastapi.responses import StreamingResponse
+
 from lightning_sdk.engine.types import CompletionDelta, Engine, SamplingParams
 from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.responses import (
@@ -19,9 +21,17 @@ from lightning_sdk.serving.responses import (
     finish_reason,
     usage,
 )
+from lightning_sdk.serving.served import StreamedCall
 from lightning_sdk.serving.tool_calls import ToolTextFilter
 
-__all__ = ["chat_events", "completion_events", "first_and_rest", "merged_streams", "sse"]
+__all__ = [
+    "chat_events",
+    "completion_events",
+    "event_stream",
+    "first_and_rest",
+    "merged_streams",
+    "sse",
+]
 
 log = logging.getLogger(__name__)
 DONE = "data: [DONE]\n\n"
@@ -30,6 +40,13 @@ DONE = "data: [DONE]\n\n"
 def sse(payload: dict[str, Any]) -> str:
     """One server-sent event."""
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def event_stream(events: AsyncIterator[str], served: StreamedCall | None = None) -> StreamingResponse:
+    """The answer that sends `events`; `served` (when the call is observed) is reported once they end."""
+    return StreamingResponse(
+        events if served is None else served.around(events), media_type="text/event-stream"
+    )
 
 
 async def first_and_rest(stream: AsyncIterator[Any]) -> tuple[Any, AsyncIterator[Any]]:
@@ -54,26 +71,44 @@ async def chat_events(
     text_filter: Callable[[], ToolTextFilter] | None,
     top_logprobs: int | None,
     include_usage: bool,
+    served: StreamedCall | None = None,
 ) -> AsyncIterator[str]:
     """SSE chunks of a chat completion; `top_logprobs=None` leaves out the standard logprobs.
 
-    With tools, `text_filter()` makes each choice's filter that holds back tool calls (`PreparedChat`)."""
+    With tools, `text_filter()` makes each choice's filter that holds back tool calls (`PreparedChat`).
+    `served`, when given, is told what each chunk sends."""
     filters = {index: text_filter() for index in range(n)} if text_filter is not None else {}
     first = [
         {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None} for i in range(n)
     ]
+    if served is not None:
+        for index in range(n):
+            served.add(index, prompt_token_ids)
     yield sse(chat_chunk(meta, first, prompt_token_ids=prompt_token_ids))
     generated = 0
     try:
         async for delta in deltas:
             generated += len(delta.token_ids)
-            choice = _chat_delta(delta, filters.get(delta.index), tokenizer, top_logprobs)
+            choice, tool_calls = _chat_delta(delta, filters.get(delta.index), tokenizer, top_logprobs)
+            if served is not None:
+                served.add(
+                    delta.index,
+                    prompt_token_ids,
+                    text=choice["delta"]["content"],
+                    tool_calls=tool_calls,
+                    token_ids=delta.token_ids,
+                    logprobs=delta.logprobs,
+                    finish_reason=choice["finish_reason"],
+                )
             yield sse(chat_chunk(meta, [choice]))
     except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band, as OpenAI does
-        yield _error_event(error)
+        yield _error_event(error, served)
         return
     if include_usage:
-        yield sse(chat_chunk(meta, [], usage=usage(len(prompt_token_ids), generated)))
+        counts = usage(len(prompt_token_ids), generated)
+        if served is not None:
+            served.usage = counts
+        yield sse(chat_chunk(meta, [], usage=counts))
     yield DONE
 
 
@@ -82,7 +117,8 @@ def _chat_delta(
     text_filter: ToolTextFilter | None,
     tokenizer: Any,
     top_logprobs: int | None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One chunk's choice, and the tool calls it sends (at the end of a choice with tools)."""
     content = text_filter.feed(delta.text) if text_filter is not None else delta.text
     message: dict[str, Any] = {"content": content}
     tool_calls: list[dict[str, Any]] = []
@@ -95,7 +131,7 @@ def _chat_delta(
     logprobs = None
     if top_logprobs is not None:
         logprobs = chat_logprobs(tokenizer, delta.token_ids, delta.logprobs, delta.top_logprobs, top_logprobs)
-    return {
+    choice = {
         "index": delta.index,
         "delta": message,
         "logprobs": logprobs,
@@ -103,6 +139,7 @@ def _chat_delta(
         "token_ids": delta.token_ids,
         "token_logprobs": delta.logprobs,
     }
+    return choice, tool_calls
 
 
 async def merged_streams(
@@ -148,8 +185,10 @@ async def completion_events(
     n: int,
     top_logprobs: int | None,
     include_usage: bool,
+    served: StreamedCall | None = None,
 ) -> AsyncIterator[str]:
-    """SSE chunks of a text completion; each choice's first chunk carries its `prompt_token_ids`."""
+    """SSE chunks of a text completion; each choice's first chunk carries its `prompt_token_ids`.
+    `served`, when given, is told what each chunk sends."""
     started: set[int] = set()
     offsets: dict[int, int] = {}
     generated = 0
@@ -172,18 +211,33 @@ async def completion_events(
                 index, prompts[position], delta, logprobs, with_prompt=index not in started
             )
             started.add(index)
+            if served is not None:
+                served.add(
+                    index,
+                    prompts[position],
+                    text=delta.text,
+                    token_ids=delta.token_ids,
+                    logprobs=delta.logprobs,
+                    finish_reason=choice["finish_reason"],
+                )
             yield sse({**meta.fields("text_completion"), "choices": [choice]})
     except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
-        yield _error_event(error)
+        yield _error_event(error, served)
         return
     if include_usage:
-        prompt_tokens = sum(len(p) for p in prompts)
-        yield sse({**meta.fields("text_completion"), "choices": [], "usage": usage(prompt_tokens, generated)})
+        counts = usage(sum(len(p) for p in prompts), generated)
+        if served is not None:
+            served.usage = counts
+        yield sse({**meta.fields("text_completion"), "choices": [], "usage": counts})
     yield DONE
 
 
-def _error_event(error: Exception) -> str:
+def _error_event(error: Exception, served: StreamedCall | None) -> str:
     if isinstance(error, APIError):
-        return sse(error.body())
-    log.exception("engine failed during a streamed response", exc_info=error)
-    return sse(error_body(f"The engine failed: {error}", "server_error", code="engine_error"))
+        body = error.body()
+    else:
+        log.exception("engine failed during a streamed response", exc_info=error)
+        body = error_body(f"The engine failed: {error}", "server_error", code="engine_error")
+    if served is not None:
+        served.error = body["error"]["message"]
+    return sse(body)

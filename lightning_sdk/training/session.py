@@ -474,7 +474,7 @@ def _runner_protocol(
         raise ValueError("Runners are not supported under torchrun yet: use one process, or no runners.")
     from lightning_sdk.rollouts.remote import runner_protocol
 
-    queue, install = runner_protocol(runners, config.episode_timeout_s)
+    queue, install = runner_protocol(runners, config.episode_timeout_s, config.routes)
     return queue, [install], runners.host, runners.port
 
 

@@ -11,7 +11,15 @@ or, from Python, `lightning_sdk.runner.run_runner(solve, "http://10.0.0.5:8123",
 from __future__ import annotations
 
 from lightning_sdk.rollouts.runner.agents import load_agent
-from lightning_sdk.rollouts.runner.client import LeasedRollout, ProtocolRefusal, TrainerClient
+from lightning_sdk.rollouts.runner.client import LeasedRollout, ProtocolRefusal, TrainerClient, TrainingOver
 from lightning_sdk.rollouts.runner.worker import arun_runner, run_runner
 
-__all__ = ["LeasedRollout", "ProtocolRefusal", "TrainerClient", "arun_runner", "load_agent", "run_runner"]
+__all__ = [
+    "LeasedRollout",
+    "ProtocolRefusal",
+    "TrainerClient",
+    "TrainingOver",
+    "arun_runner",
+    "load_agent",
+    "run_runner",
+]

@@ -3,7 +3,10 @@
 A runner may start before the trainer, and the trainer may restart (resume) while runners keep going, so
 every call that cannot reach the trainer (connection refused, timeout, 5xx) is retried with exponential
 backoff, saying once per outage what the runner is waiting for. Answers that retrying cannot change (401,
-404, 409, other 4xx) come back at once as `ProtocolRefusal`.
+404, 409, other 4xx) come back at once as `ProtocolRefusal`; 410, the trainer's word that training is over,
+as its subclass `TrainingOver`, on which the runner stops.
+
+The bodies are the wire's models (`lightning_sdk.rollouts.schemas`), the ones the trainer's routes use.
 """
 
 from __future__ import annotations
@@ -11,12 +14,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import BaseModel
 
-__all__ = ["LeasedRollout", "ProtocolRefusal", "TrainerClient"]
+from lightning_sdk.rollouts.schemas import (
+    EpisodeStored,
+    EpisodeUpload,
+    GrantedLease,
+    LeaseRequest,
+    RenewRequest,
+)
+
+__all__ = ["LeasedRollout", "ProtocolRefusal", "TrainerClient", "TrainingOver"]
 
 log = logging.getLogger("lightning_sdk.rollouts.runner")
 
@@ -29,17 +40,12 @@ class ProtocolRefusal(RuntimeError):
         self.status = status
 
 
-@dataclass(frozen=True)
-class LeasedRollout:
-    """A lease as the trainer sent it (see `lightning_sdk.rollouts.routes`)."""
+class TrainingOver(ProtocolRefusal):
+    """The trainer answered 410: training is over, there is nothing more to run or to upload."""
 
-    rollout_id: str
-    lease_id: str
-    task: Any
-    policy_version: Any
-    attempt: int
-    renew_within_s: float
-    base_url: str
+
+LeasedRollout = GrantedLease
+"""A lease as the trainer sent it: the wire's `GrantedLease` (the name runners used before it existed)."""
 
 
 class TrainerClient:
@@ -58,38 +64,44 @@ class TrainerClient:
         self._max_backoff_s = max_backoff_s
         self._http = httpx.AsyncClient(base_url=self.trainer_url, headers=self._headers, timeout=60.0)
 
-    async def lease(self, runner: str, wait_s: float = 20.0) -> LeasedRollout | None:
-        """The next rollout for this runner, or None when none opened within `wait_s` (a long poll)."""
-        response = await self._post("/v1/rollouts/lease", {"runner": runner, "wait_s": wait_s}, wait_s + 30)
+    async def lease(self, runner: str, wait_s: float = 20.0) -> GrantedLease | None:
+        """The next rollout for this runner, or None when none opened within `wait_s` (a long poll);
+        `TrainingOver` when the trainer has no more."""
+        asked = LeaseRequest(runner=runner, wait_s=wait_s)
+        response = await self._post("/v1/rollouts/lease", asked, wait_s + 30)
         if response.status_code == 204:
             return None
-        data = response.json()
-        return LeasedRollout(**{name: data[name] for name in LeasedRollout.__dataclass_fields__})
+        return GrantedLease.model_validate_json(response.content)
 
-    async def renew(self, lease: LeasedRollout) -> None:
+    async def renew(self, lease: GrantedLease) -> None:
         """Keep the lease (`ProtocolRefusal` 409 when it is lost)."""
-        await self._post(f"/v1/rollouts/{lease.rollout_id}/renew", {"lease_id": lease.lease_id}, 30)
+        await self._post(f"/v1/rollouts/{lease.rollout_id}/renew", RenewRequest(lease_id=lease.lease_id), 30)
 
-    async def upload(self, lease: LeasedRollout, episode: dict[str, Any]) -> bool:
+    async def upload(self, lease: GrantedLease, episode: dict[str, Any]) -> bool:
         """Send the episode; True when stored now, False when an earlier try of this upload had stored it."""
-        body = {"lease_id": lease.lease_id, "episode": episode}
+        # Not validated here: the trainer checks the episode, and a refusal is answered with a failed
+        # episode in its place (`worker._upload`).
+        body = EpisodeUpload.model_construct(lease_id=lease.lease_id, episode=episode)
         response = await self._post(f"/v1/rollouts/{lease.rollout_id}/episode", body, 120)
-        return bool(response.json().get("stored"))
+        return EpisodeStored.model_validate_json(response.content).stored
 
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _post(self, path: str, body: dict[str, Any], timeout_s: float) -> httpx.Response:
+    async def _post(self, path: str, body: BaseModel, timeout_s: float) -> httpx.Response:
         backoff, waiting_since = 0.5, None
+        payload = body.model_dump()  # plain values; httpx writes the JSON as `json.dumps` does
         while True:
             try:
-                response = await self._http.post(path, json=body, timeout=timeout_s)
+                response = await self._http.post(path, json=payload, timeout=timeout_s)
             except (httpx.TransportError, httpx.TimeoutException) as error:
                 problem = f"cannot reach the trainer at {self.trainer_url} ({type(error).__name__})"
             else:
                 if response.status_code < 500:
                     if waiting_since is not None:
                         log.info("the trainer at %s answers again", self.trainer_url)
+                    if response.status_code == 410:
+                        raise TrainingOver(410, _error_message(response))
                     if response.status_code >= 400:
                         raise ProtocolRefusal(response.status_code, _error_message(response))
                     return response

@@ -5,6 +5,7 @@ framework integrations record it, its default openai clients point at the traine
 `OPENAI_BASE_URL`/`OPENAI_API_KEY`, and `llm=` when its signature asks for it), and a run that raises or
 times out still yields an episode that says so. While an episode runs, its lease is renewed in the
 background; if the runner dies, the lease lapses and the trainer gives the rollout to another runner.
+When the trainer answers that training is over (410), the runner stops.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lightning_sdk.rollouts.in_process import agent_accepts_llm, run_episode
-from lightning_sdk.rollouts.runner.client import LeasedRollout, ProtocolRefusal, TrainerClient
+from lightning_sdk.rollouts.runner.client import ProtocolRefusal, TrainerClient, TrainingOver
+from lightning_sdk.rollouts.schemas import GrantedLease
 from lightning_sdk.serving.endpoint import LLMEndpoint
+from lightning_sdk.tracing.routing import Router, compile_routes
 
 __all__ = ["arun_runner", "run_runner"]
 
@@ -37,8 +40,8 @@ def run_runner(
     episode_timeout_s: float = 300.0,
     max_rollouts: int | None = None,
 ) -> int:
-    """Serve rollouts to the trainer at `trainer_url` until it stops the runner (Ctrl+C) or `max_rollouts`
-    episodes were uploaded; returns how many were.
+    """Serve rollouts to the trainer at `trainer_url` until the trainer says training is over, the runner is
+    stopped (Ctrl+C) or `max_rollouts` episodes were uploaded; returns how many were.
 
     Args:
         agent: The agent function (usually `@trace_agent`-decorated), called as `agent(task)`.
@@ -124,36 +127,68 @@ async def _serve_slot(
     episode_timeout_s: float,
     uploaded: _Counter,
 ) -> None:
+    try:
+        while not uploaded.done:
+            await _serve_one(agent, client, api_key, runner, executor, episode_timeout_s, uploaded)
+    except TrainingOver as over:
+        log.info("runner %s: the trainer says training is over (%s); stopping", runner, over)
+
+
+async def _serve_one(
+    agent: Callable[..., Any],
+    client: TrainerClient,
+    api_key: str,
+    runner: str,
+    executor: ThreadPoolExecutor,
+    episode_timeout_s: float,
+    uploaded: _Counter,
+) -> None:
+    """Lease one rollout, run it, upload its episode (`TrainingOver` when the trainer has no more)."""
     wants_llm = agent_accepts_llm(agent)
-    while not uploaded.done:
-        lease = await client.lease(runner)
-        if lease is None:  # nothing to run (a trainer between steps, or one that is ending): ask again soon
-            await asyncio.sleep(1.0)
-            continue
-        # Default openai clients built inside the agent read these (the same base URL for every lease of a
-        # trainer; updated per lease, since a restarted trainer may listen elsewhere).
-        os.environ.update(OPENAI_BASE_URL=lease.base_url, OPENAI_API_KEY=api_key)
-        kwargs = {"llm": LLMEndpoint(lease.base_url, api_key, "default")} if wants_llm else {}
-        keep_alive = asyncio.create_task(_renew_until_cancelled(client, lease))
-        try:
-            rollout = await run_episode(agent, lease.task, kwargs, executor, episode_timeout_s, None)
-        finally:
-            keep_alive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keep_alive
-        episode = rollout.episode
-        episode.metadata.update(
-            rollout_id=lease.rollout_id,
-            attempt=lease.attempt,
-            runner=runner,
-            policy_version=lease.policy_version,
-            base_url=lease.base_url,
+    lease = await client.lease(runner)
+    if lease is None:  # nothing to run (a trainer between steps): ask again soon
+        await asyncio.sleep(1.0)
+        return
+    # Default openai clients built inside the agent read these (the same base URL for every lease of a
+    # trainer; updated per lease, since a restarted trainer may listen elsewhere).
+    os.environ.update(OPENAI_BASE_URL=lease.base_url, OPENAI_API_KEY=api_key)
+    kwargs = {"llm": LLMEndpoint(lease.base_url, api_key, "default")} if wants_llm else {}
+    keep_alive = asyncio.create_task(_renew_until_cancelled(client, lease))
+    try:
+        rollout = await run_episode(
+            agent, lease.task, kwargs, executor, episode_timeout_s, None, _router(lease, api_key)
         )
-        if await _upload(client, lease, episode.to_dict()):
-            uploaded.count += 1
+    finally:
+        keep_alive.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keep_alive
+    episode = rollout.episode
+    episode.metadata.update(
+        rollout_id=lease.rollout_id,
+        attempt=lease.attempt,
+        runner=runner,
+        policy_version=lease.policy_version,
+        base_url=lease.base_url,
+    )
+    if await _upload(client, lease, episode.to_dict()):
+        uploaded.count += 1
 
 
-async def _renew_until_cancelled(client: TrainerClient, lease: LeasedRollout) -> None:
+def _router(lease: GrantedLease, api_key: str) -> Router | None:
+    """Sends the agent's model calls to the trainer's endpoint, as in the trainer's own process: a client
+    the agent built at import time, pointed elsewhere, trains too."""
+    try:
+        return Router(lease.base_url, api_key, compile_routes(lease.routes))
+    except ValueError as error:  # the trainer checked the map; a newer trainer's may not parse here
+        log.error(
+            "rollout %s: the trainer's routes cannot be used (%s); calls are not redirected",
+            lease.rollout_id,
+            error,
+        )
+        return None
+
+
+async def _renew_until_cancelled(client: TrainerClient, lease: GrantedLease) -> None:
     while True:
         await asyncio.sleep(lease.renew_within_s / 3)
         try:
@@ -163,10 +198,12 @@ async def _renew_until_cancelled(client: TrainerClient, lease: LeasedRollout) ->
             return
 
 
-async def _upload(client: TrainerClient, lease: LeasedRollout, episode: dict[str, Any]) -> bool:
+async def _upload(client: TrainerClient, lease: GrantedLease, episode: dict[str, Any]) -> bool:
     try:
         await client.upload(lease, episode)
         return True
+    except TrainingOver:
+        raise  # nothing more is stored: the slot stops
     except ProtocolRefusal as refusal:
         if refusal.status in (404, 409):  # the step is over, or another runner has the rollout now
             log.warning("rollout %s: the trainer did not keep this episode (%s)", lease.rollout_id, refusal)

@@ -1,0 +1,250 @@
+"""The policy's OpenAI API as functions of a request's JSON body: what the `/v1` routes call, and what routes
+that serve the same requests under another base URL call too (the rollouts gateway).
+
+`OpenAIAPI.serve(kind, body, observe)` answers a chat completion, text completion or Responses request
+exactly as `POST /v1/chat/completions`, `/v1/completions` or `/v1/responses` does, and hands `observe` what
+it served as plain data (`lightning_sdk.serving.served`). `create_app` builds one per app; `openai_api(app)`
+finds it for the app's route installers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+from lightning_sdk.serving.context import ServingContext, run_engine
+from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.passthrough import Forward
+from lightning_sdk.serving.responses import (
+    ResponseMeta,
+    chat_choice,
+    chat_logprobs,
+    chat_response,
+    completion_choice,
+    completion_logprobs,
+    completion_response,
+)
+from lightning_sdk.serving.responses_api import serve_responses
+from lightning_sdk.serving.schemas import ChatRequest, CompletionRequest, requested_top_logprobs
+from lightning_sdk.serving.served import ApiKind, ServedCall, ServedChoice, ServedObserver, StreamedCall
+from lightning_sdk.serving.streaming import (
+    chat_events,
+    completion_events,
+    event_stream,
+    first_and_rest,
+    merged_streams,
+)
+
+__all__ = ["API_PATHS", "OpenAIAPI", "install_openai_routes", "openai_api"]
+
+API_PATHS: Mapping[ApiKind, str] = {
+    "chat": "/chat/completions",
+    "completion": "/completions",
+    "responses": "/responses",
+}
+"""Where each API is served, under a base URL (`/v1`)."""
+
+_Serve = Callable[[ServingContext, Any, ServedObserver | None], Awaitable[Any]]
+
+
+class OpenAIAPI:
+    """The app's OpenAI API: `serve` a request body of one kind, list the `models`, `pass_through` any other
+    request (to the upstream API, or refused). Keys are not checked here: that is the calling route's job."""
+
+    def __init__(self, ctx: ServingContext, forward: Forward) -> None:
+        self.ctx = ctx
+        self._forward = forward
+
+    async def serve(self, kind: ApiKind, body: Any, observe: ServedObserver | None = None) -> Any:
+        """The answer to `body` (a JSON value) as `/v1` gives it: a JSON-ready dict, or a streaming response.
+        `observe`, when given, is called once with what was served (for a stream, when it ends)."""
+        return await _SERVE[kind](self.ctx, body, observe)
+
+    def models(self) -> dict[str, Any]:
+        """`GET /v1/models`: the one model served."""
+        ctx = self.ctx
+        entry = {
+            "id": ctx.served,
+            "object": "model",
+            "created": 0,
+            "owned_by": "lightning-sdk",
+            "max_model_len": ctx.engine.max_model_len,
+            "weight_version": ctx.engine.weight_version,
+        }
+        return {"object": "list", "data": [entry]}
+
+    async def pass_through(self, request: Request, path: str) -> Any:
+        """Any other `/v1/<path>` request: to the upstream API, or a 404 that says how to name one."""
+        return await self._forward(request, path)
+
+
+def openai_api(app: FastAPI) -> OpenAIAPI:
+    """The `OpenAIAPI` of an app built by `create_app` (route installers use it to serve the same requests
+    under another base URL)."""
+    api = getattr(app.state, "openai_api", None)
+    if not isinstance(api, OpenAIAPI):
+        raise RuntimeError(
+            "This app was not built by lightning_sdk.serving.app.create_app: it has no OpenAI API."
+        )
+    return api
+
+
+def install_openai_routes(app: FastAPI, api: OpenAIAPI) -> None:
+    """`GET /v1/models` and `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`, behind the key;
+    `openai_api(app)` returns `api` afterwards."""
+    app.state.openai_api = api
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        api.ctx.authorize(request)
+        return api.models()
+
+    for kind, path in API_PATHS.items():
+        app.add_api_route(f"/v1{path}", _route(api, kind), methods=["POST"], name=kind)
+
+
+def _route(api: OpenAIAPI, kind: ApiKind) -> Callable[[Request], Awaitable[Any]]:
+    async def route(request: Request) -> Any:
+        return await api.serve(kind, await api.ctx.read_json(request))
+
+    return route
+
+
+# --- chat completions ---------------------------------------------------------------------------------------
+async def serve_chat(ctx: ServingContext, body: Any, observe: ServedObserver | None) -> Any:
+    """`POST /v1/chat/completions`."""
+    engine = ctx.engine
+    req: ChatRequest = ctx.parse(body, ChatRequest)
+    prepared = ctx.prepare_chat(req)
+    params = prepared.params
+    meta = ResponseMeta("chatcmpl", ctx.served, engine.weight_version)
+    if req.stream:
+        _, deltas = await run_engine(first_and_rest(engine.astream(prepared.prompt, params)))
+        served = StreamedCall(meta.id, observe) if observe is not None else None
+        events = chat_events(
+            deltas,
+            meta=meta,
+            tokenizer=ctx.tokenizer,
+            prompt_token_ids=prepared.prompt,
+            n=params.n,
+            text_filter=prepared.text_filter if prepared.tools else None,
+            top_logprobs=prepared.top if prepared.want_logprobs else None,
+            include_usage=req.include_usage,
+            served=served,
+        )
+        return event_stream(events, served)
+    result = await run_engine(engine.agenerate(prepared.prompt, params))
+    meta.weight_version = result.weight_version
+    choices, served_choices = [], []
+    for completion in result.completions:
+        logprobs = None
+        if prepared.want_logprobs:
+            logprobs = chat_logprobs(
+                ctx.tokenizer,
+                completion.token_ids,
+                completion.logprobs,
+                completion.top_logprobs,
+                prepared.top,
+            )
+        parsed = prepared.parse(completion.text)
+        choice = chat_choice(completion, parsed, logprobs)
+        choices.append(choice)
+        served_choices.append(
+            ServedChoice(
+                completion.index,
+                result.prompt_token_ids,
+                parsed.content,
+                parsed.tool_calls,
+                completion.token_ids,
+                completion.logprobs,
+                choice["finish_reason"],
+            )
+        )
+    response = chat_response(meta, result, choices)
+    if observe is not None:
+        observe(ServedCall(meta.id, served_choices, response["usage"]))
+    return response
+
+
+# --- text completions ---------------------------------------------------------------------------------------
+async def serve_completions(ctx: ServingContext, body: Any, observe: ServedObserver | None) -> Any:
+    """`POST /v1/completions`."""
+    engine, tokenizer = ctx.engine, ctx.tokenizer
+    req: CompletionRequest = ctx.parse(body, CompletionRequest)
+    prompts = _prompt_ids(tokenizer, req.prompt)
+    want_logprobs, top = requested_top_logprobs(req)
+    params = ctx.params_for(req, max(len(p) for p in prompts), top, req.max_tokens)
+    meta = ResponseMeta("cmpl", ctx.served, engine.weight_version)
+    if req.stream:
+        _, deltas = await run_engine(first_and_rest(merged_streams(engine, prompts, params)))
+        served = StreamedCall(meta.id, observe) if observe is not None else None
+        events = completion_events(
+            deltas,
+            meta=meta,
+            tokenizer=tokenizer,
+            prompts=prompts,
+            n=params.n,
+            top_logprobs=top if want_logprobs else None,
+            include_usage=req.include_usage,
+            served=served,
+        )
+        return event_stream(events, served)
+    results = await run_engine(asyncio.gather(*(engine.agenerate(p, params) for p in prompts)))
+    choices, served_choices = [], []
+    for position, result in enumerate(results):
+        for completion in result.completions:
+            logprobs = None
+            if want_logprobs:
+                logprobs = completion_logprobs(
+                    tokenizer, completion.token_ids, completion.logprobs, completion.top_logprobs, top
+                )
+            index = position * params.n + completion.index
+            choice = completion_choice(index, result.prompt_token_ids, completion, logprobs)
+            choices.append(choice)
+            served_choices.append(
+                ServedChoice(
+                    index,
+                    result.prompt_token_ids,
+                    completion.text,
+                    [],
+                    completion.token_ids,
+                    completion.logprobs,
+                    choice["finish_reason"],
+                )
+            )
+    meta.weight_version = results[0].weight_version
+    response = completion_response(meta, results, choices)
+    if observe is not None:
+        observe(ServedCall(meta.id, served_choices, response["usage"]))
+    return response
+
+
+def _prompt_ids(tokenizer: Any, prompt: Any) -> list[list[int]]:
+    if isinstance(prompt, str):
+        prompts: list[Any] = [prompt]
+    elif prompt and all(isinstance(token, int) for token in prompt):
+        prompts = [prompt]
+    else:
+        prompts = list(prompt)
+    if not prompts:
+        raise APIError.bad_request("prompt must not be empty.", param="prompt")
+    vocab = len(tokenizer)
+    result = []
+    for item in prompts:
+        ids = tokenizer.encode(item) if isinstance(item, str) else list(item)
+        if not ids:
+            raise APIError.bad_request("prompt must not be empty.", param="prompt")
+        if any(not 0 <= token < vocab for token in ids):
+            raise APIError.bad_request(f"prompt token ids must be between 0 and {vocab - 1}.", param="prompt")
+        result.append(ids)
+    return result
+
+
+_SERVE: Mapping[ApiKind, _Serve] = {
+    "chat": serve_chat,
+    "completion": serve_completions,
+    "responses": serve_responses,
+}

@@ -1,0 +1,104 @@
+"""The runner protocol's wire: one model per body, bounded where it must be, refusals that say what to send.
+
+The routes and the runner import these same models; the HTTP round trip is in `test_runners.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from lightning_sdk.rollouts import RolloutQueue, RolloutSpec
+from lightning_sdk.rollouts.schemas import (
+    MAX_LEASE_WAIT_S,
+    EpisodeUpload,
+    GrantedLease,
+    Lease,
+    LeaseRequest,
+    RewardReport,
+    WireBody,
+    explain,
+)
+from lightning_sdk.runner import LeasedRollout
+from lightning_sdk.tracing.episode import Episode
+
+
+def refusal(model: type[WireBody], body: dict[str, Any]) -> Any:
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate(body)
+    return explain(caught.value, model)
+
+
+def test_a_lease_request_has_defaults_and_a_bounded_long_poll() -> None:
+    assert LeaseRequest.model_validate({}) == LeaseRequest(runner="runner", wait_s=0.0)
+    assert LeaseRequest.model_validate({"runner": "a", "wait_s": 30}).wait_s == MAX_LEASE_WAIT_S
+    too_long = refusal(LeaseRequest, {"wait_s": 999})
+    assert (too_long.param, too_long.code) == ("wait_s", "invalid_value")
+    assert "less than or equal to 30" in too_long.message  # what is wrong
+    assert "from 0 to 30" in too_long.message  # and what to send instead
+    for wrong in (True, "5", -1, math.nan):
+        assert refusal(LeaseRequest, {"wait_s": wrong}).param == "wait_s"
+    assert refusal(LeaseRequest, {"runner": ""}).param == "runner"
+    assert refusal(LeaseRequest, {"runner": "r" * 201}).param == "runner"
+
+
+def test_an_unknown_field_is_named_rather_than_ignored() -> None:
+    misspelt = refusal(LeaseRequest, {"runner": "a", "wait": 5})
+    assert misspelt.param == "wait"
+    assert misspelt.message == "Unknown field 'wait': this body takes runner, wait_s."
+
+
+def test_a_reward_report_is_finite_and_its_refusals_are_reward_errors() -> None:
+    report = RewardReport.model_validate(
+        {"lease_id": "l", "reward": 1, "step_rewards": [0.5, None], "output": {"a": [1]}, "name": "curl"}
+    )
+    assert (report.reward, report.step_rewards, report.error) == (1.0, [0.5, None], None)
+    assert RewardReport.model_validate({"lease_id": "l", "reward": 0.0}).name == "gateway"
+    high = refusal(RewardReport, {"lease_id": "l", "reward": "high"})
+    assert (high.param, high.code) == ("reward", "invalid_reward")
+    assert "finite number" in high.message
+    # Python's json module reads NaN and Infinity: they are refused, wherever they are.
+    for body, param in (
+        (json.loads('{"lease_id": "l", "reward": NaN}'), "reward"),
+        (json.loads('{"lease_id": "l", "reward": 1, "step_rewards": [1, Infinity]}'), "step_rewards[1]"),
+        ({"lease_id": "l", "reward": 1, "step_rewards": [1, "x"]}, "step_rewards[1]"),
+        ({"lease_id": "l", "reward": 1, "name": ""}, "name"),
+        ({"lease_id": "l", "reward": 1, "error": 3}, "error"),
+    ):
+        refused = refusal(RewardReport, body)
+        assert (refused.param, refused.code) == (param, "invalid_reward"), refused
+    missing = refusal(RewardReport, {"reward": 1})
+    assert (missing.param, missing.code) == ("lease_id", "invalid_value")
+    assert "from POST /v1/rollouts/lease" in missing.message
+
+
+def test_an_upload_holds_an_episode_as_the_trainer_will_load_it() -> None:
+    recorded = Episode(name="solver", task={"q": 1}).to_dict()
+    upload = EpisodeUpload.model_validate({"lease_id": "l", "episode": {"name": "solver", "task": {"q": 1}}})
+    assert upload.episode.keys() == recorded.keys() and upload.episode["name"] == "solver"
+    for bad in ({"surprise": 1}, {"calls": "no"}):
+        refused = refusal(EpisodeUpload, {"lease_id": "l", "episode": bad})
+        assert (refused.param, refused.code) == ("episode", "invalid_episode")
+        assert refused.message.startswith("episode: not a valid Episode")
+        assert refused.message.endswith("Send episode: the JSON object of Episode.to_dict().")
+    assert refusal(EpisodeUpload, {"lease_id": "l", "episode": []}).code == "invalid_episode"
+
+
+def test_the_queue_grants_the_wire_lease_and_the_runner_reads_it_back() -> None:
+    queue = RolloutQueue(lease_timeout_s=7)
+    queue.submit([RolloutSpec("r0", {"question": "2 + 2?"}, policy_version=4)])
+    lease = queue.lease("runner-a")
+    assert isinstance(lease, Lease)
+    granted = GrantedLease.of(lease, "http://10.0.0.5:8123")
+    # Every field of the lease travels, whatever fields it has: a new one is added in schemas.py alone.
+    assert granted.model_dump(include=set(Lease.model_fields)) == lease.model_dump()
+    assert granted.base_url == "http://10.0.0.5:8123/v1"
+    assert granted.gateway_base_url == f"http://10.0.0.5:8123/rollouts/r0/{lease.lease_id}/v1"
+    read = LeasedRollout.model_validate_json(granted.model_dump_json())
+    assert read == granted and read.renew_within_s == 7 and read.policy_version == 4
+    # A newer trainer may send more: an older runner reads what it knows.
+    assert LeasedRollout.model_validate({**granted.model_dump(), "priority": 3}) == granted
