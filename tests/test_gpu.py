@@ -5,8 +5,10 @@ supports one engine per process, and torchrun needs its own processes):
 
 - one GPU, both weight-sync modes: the engine and its stepping thread on `cuda:0`, sleep frees GPU memory,
   an adapter pushed into the sleeping engine changes the greedy output and survives another sleep and wake;
-- one GPU, both weight-sync modes: two steps of `Trainer.fit`, with the policy on the GPU in bfloat16;
-- two GPUs under torchrun: each rank's engine and policy on its own GPU, identical adapters at the end.
+- one GPU, both weight-sync modes: `Trainer.fit` stopped by its time budget after step 1 and resumed to
+  step 2 (two processes, the same step numbering), the policy on the GPU with bfloat16 base weights;
+- two GPUs under torchrun: each rank's engine and policy on its own GPU, identical adapters at the end; and
+  the time-budget stop decided over NCCL by both ranks together, then resumed.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_sdk.training.records.metrics import read_metrics
 from lightning_sdk.training.records.run_dir import read_rank_info
+from tests.fixtures.resume import stop_and_resume
 from tests.fixtures.runs import check_two_rank_run, run_script
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -50,11 +52,14 @@ def test_engine_on_one_gpu_sleeps_takes_new_weights_and_wakes(
 
 
 @pytest.mark.parametrize("weight_sync", ["merge", "lora"])
-def test_two_training_steps_on_one_gpu(tmp_path: Path, weight_sync: str) -> None:
+def test_training_on_one_gpu_in_bfloat16_stops_and_resumes(tmp_path: Path, weight_sync: str) -> None:
     run_dir = tmp_path / "run"
-    run_script("distributed_fit.py", str(run_dir), "vllm", weight_sync)
-    steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
-    assert [record["step"] for record in steps] == [1, 2]
+    reports = stop_and_resume(run_dir, weight_sync)
+    assert len(reports) == 2
+    for report in reports:
+        # dtype="auto" on a GPU: the base weights, where nearly all the compute is, in bfloat16 (peft keeps
+        # the LoRA matrices in float32, as it does for every half-precision base).
+        assert (report["device"], report["base_dtype"]) == ("cuda:0", "bfloat16")
     [rank] = read_rank_info(run_dir)
     assert rank["device"] == rank["policy_device"] == rank["engine_device"] == "cuda:0"
     assert rank["executor_backend"] is None
@@ -66,3 +71,17 @@ def test_two_gpus_under_torchrun_train_the_same_adapter(tmp_path: Path) -> None:
     run_script("distributed_fit.py", str(run_dir), "vllm", nproc=2)
     ranks = check_two_rank_run(run_dir, device_of_rank=lambda rank: f"cuda:{rank}", backend="nccl")
     assert all(rank["executor_backend"] == "external_launcher" for rank in ranks)
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs two CUDA GPUs")
+def test_two_gpus_stop_together_on_the_time_budget_and_resume(tmp_path: Path) -> None:
+    # Each rank reads its own clock; the stop is an all-reduce over NCCL (`Distributed.any_rank`). A rank
+    # that stopped alone would leave the other in the next step's collectives until the job's timeout.
+    reports = stop_and_resume(tmp_path / "run", "lora", nproc=2)
+    assert sorted((report["rank"], report["device"]) for report in reports) == [
+        (0, "cuda:0"),
+        (0, "cuda:0"),
+        (1, "cuda:1"),
+        (1, "cuda:1"),
+    ]
+    assert {report["base_dtype"] for report in reports} == {"bfloat16"}

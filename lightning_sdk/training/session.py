@@ -96,7 +96,7 @@ class TrainingSession:
         from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
-        distributed = Distributed.from_environment(placement)
+        distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
         engine, owns_engine = _engine(model, config, engine_kind, engine_options, distributed.rank)
         queue, routes, host, port = _runner_protocol(config, distributed)
         sampling = SamplingPolicy(accept_any_model=True)
@@ -421,14 +421,85 @@ def _engine(
         return engine_kind, False
     from lightning_sdk.engine.factory import create_engine
     from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.engine.vllm_setup import vllm_available
 
-    resolved = resolve_model(model)
-    log.info("starting the %s engine on %s", engine_kind, resolved.name)
     options = {"seed": config.seed + rank, **engine_options}
     if config.weight_sync != "auto":
         options.setdefault("weight_sync", config.weight_sync)  # the engine's names
+    if engine_kind == "vllm" or (engine_kind == "auto" and vllm_available()):
+        _check_lora_rank_fits_vllm(config.lora_rank, options)  # before minutes of model loading
+    resolved = resolve_model(model)
+    log.info("starting the %s engine on %s", engine_kind, resolved.name)
     # create_engine refuses a name that is not an EngineKind, with the names it takes.
     return create_engine(resolved, engine=cast("EngineKind", engine_kind), **options), True
+
+
+def _check_lora_rank_fits_vllm(
+    lora_rank: int,
+    options: dict[str, Any],
+    on_gpu: bool | None = None,
+    allowed_ranks: tuple[int, ...] | None = None,
+) -> None:
+    """Refuse a `lora_rank` above the vLLM engine's `max_lora_rank` where the engine hot-loads the adapter
+    (`weight_sync="lora"`, the default on a GPU): vLLM would refuse the adapter at the first push, after a
+    whole step (`PEFTHelper.validate_legal` in vllm/lora/peft_helper.py). Merged weight pushes (the default
+    on a CPU) take any rank.
+
+    Args:
+        lora_rank: `TrainerConfig.lora_rank`.
+        options: the `VLLMEngine` keyword arguments of the run (`weight_sync`, `max_lora_rank`).
+        on_gpu: vLLM runs on a GPU (default: the placement's answer for this process).
+        allowed_ranks: the `max_lora_rank` values vLLM takes (default: read from vLLM, only when there is
+            something to refuse).
+    """
+    import inspect
+
+    # The engine's own rule and default, so that this check cannot drift from them.
+    from lightning_sdk.engine.vllm_engine import VLLMEngine, _choose_weight_sync
+
+    if on_gpu is None:
+        from lightning_sdk.engine.placement import plan_placement
+
+        on_gpu = plan_placement().on_gpu
+    if _choose_weight_sync(str(options.get("weight_sync", "auto")), on_cpu=not on_gpu) != "lora":
+        return
+    max_lora_rank = int(
+        options.get("max_lora_rank", inspect.signature(VLLMEngine).parameters["max_lora_rank"].default)
+    )
+    if lora_rank <= max_lora_rank:
+        return
+    ranks = _vllm_lora_ranks() if allowed_ranks is None else allowed_ranks
+    high_enough = [rank for rank in ranks if rank >= lora_rank]
+    if high_enough:
+        raise_limit = (
+            f', or raise the engine\'s limit with engine_options={{"max_lora_rank": {high_enough[0]}}} '
+            f"(vLLM takes {', '.join(map(str, ranks))}; a higher limit reserves more GPU memory for its "
+            "LoRA buffers)."
+        )
+    elif ranks:
+        raise_limit = f" (vLLM's largest max_lora_rank is {max(ranks)})."
+    else:
+        raise_limit = ', or raise the engine\'s limit with engine_options={"max_lora_rank": N}.'
+    raise ValueError(
+        f"lora_rank={lora_rank} is above the vLLM engine's max_lora_rank={max_lora_rank}: vLLM would refuse "
+        "the adapter at the first weight push, after a whole step. Lower TrainerConfig(lora_rank=...) to "
+        f"{max_lora_rank} or less{raise_limit}"
+    )
+
+
+def _vllm_lora_ranks() -> tuple[int, ...]:
+    """The `max_lora_rank` values vLLM takes: the `MaxLoRARanks` Literal of `vllm/config/lora.py` (empty
+    when a vLLM release no longer has it)."""
+    from typing import get_args
+
+    from lightning_sdk.engine.vllm_setup import import_vllm
+
+    import_vllm()  # sets the environment vLLM reads at its first import
+    try:
+        from vllm.config.lora import MaxLoRARanks
+    except ImportError:
+        return ()
+    return tuple(int(rank) for rank in get_args(MaxLoRARanks))
 
 
 def _serve(

@@ -195,7 +195,7 @@ class _Loop:
             record = self.train_step(step)
             progress.update(step, record)
             last_step = step
-            if step == config.max_steps or _out_of_time(started, config.max_time_s):
+            if step == config.max_steps or self.out_of_time(started):
                 break  # the final checkpoint and evaluation below cover this step
             if config.save_every and step % config.save_every == 0:
                 session.save_checkpoint(step, self.cursor)
@@ -208,6 +208,15 @@ class _Loop:
         session.save_final_adapter()
         self.result.history = session.metrics.history if session.metrics is not None else []  # rank 0 only
         return self.result
+
+    def out_of_time(self, started: float) -> bool:
+        """Whether the time budget is used up, decided by all ranks together: each rank reads its own
+        clock, and under torchrun a rank that stopped a step before the others would leave them waiting in
+        the next step's collectives (`Distributed.any_rank`). Every rank has the same config, so without a
+        budget none of them takes part in the vote."""
+        if self.config.max_time_s is None:
+            return False
+        return self.session.distributed.any_rank(_out_of_time(started, self.config.max_time_s))
 
     def train_step(self, step: int) -> dict[str, Any]:
         """Roll out and prepare the step's groups, train on the samples of those with a signal, push the

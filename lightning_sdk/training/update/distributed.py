@@ -2,11 +2,17 @@
 batch, LoRA gradients are all-reduced (DDP), rank 0 writes checkpoints and metrics.
 
 Without `torchrun` (no `WORLD_SIZE` in the environment) everything here is a no-op.
+
+Every decision that changes how many collectives a rank makes (how many samples it trains on, when the run
+stops) is taken together (`balance`, `any_rank`): a rank that decided alone would leave the others waiting
+in a collective until the process group's timeout (`collective_timeout`) ends the job.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 from lightning_sdk.engine.placement import Placement, plan_placement
@@ -15,12 +21,18 @@ if TYPE_CHECKING:
     from peft import PeftModel
     from torch.nn.parallel import DistributedDataParallel
 
+    from lightning_sdk.training.config import TrainerConfig
+
     PolicyModel: TypeAlias = PeftModel | DistributedDataParallel
     """The LoRA model being trained: a `PeftModel`, wrapped in `DistributedDataParallel` under torchrun."""
 
-__all__ = ["Distributed"]
+__all__ = ["NCCL_DEFAULT_TIMEOUT", "Distributed"]
 
 T = TypeVar("T")
+
+NCCL_DEFAULT_TIMEOUT = timedelta(minutes=10)
+"""How long an NCCL collective waits for the other ranks unless told otherwise (`default_pg_nccl_timeout` in
+torch/distributed/constants.py; gloo's default is 30 minutes). `collective_timeout` never goes below it."""
 
 
 @dataclass
@@ -35,10 +47,18 @@ class Distributed:
     """Where this rank's policy trains (see `lightning_sdk.engine.placement`)."""
 
     @classmethod
-    def from_environment(cls, placement: Placement | None = None) -> Distributed:
+    def from_environment(
+        cls, placement: Placement | None = None, timeout: timedelta | None = None
+    ) -> Distributed:
         """Join the torchrun job described by `placement` (default: read from the environment); a no-op
         with one process. On GPUs this rank's device is made current first, and the NCCL process group is
-        bound to it, so that no rank creates a context on GPU 0."""
+        bound to it, so that no rank creates a context on GPU 0.
+
+        Args:
+            placement: this process's devices (`lightning_sdk.engine.placement.plan_placement`).
+            timeout: how long a collective waits for the other ranks before the job fails; the trainer
+                passes `collective_timeout(config)`. `None`: torch's default (10 minutes with NCCL).
+        """
         placement = placement or plan_placement()
         if placement.world_size <= 1:
             return cls(device=placement.device)
@@ -50,10 +70,29 @@ class Distributed:
         initialized_here = False
         if not dist.is_initialized():
             device_id = torch.device(placement.device) if placement.on_gpu else None
-            dist.init_process_group(backend=placement.process_group_backend, device_id=device_id)
+            dist.init_process_group(
+                backend=placement.process_group_backend, device_id=device_id, timeout=timeout
+            )
             initialized_here = True
         rank, world_size = dist.get_rank(), dist.get_world_size()
         return cls(rank, world_size, placement.local_rank, initialized_here, placement.device)
+
+    @staticmethod
+    def collective_timeout(config: TrainerConfig) -> timedelta:
+        """How long a rank may wait in a collective for the others: long enough for the slowest rank's
+        rollouts of a step, so that one slow agent does not end the job.
+
+        The rule: ranks meet after every rollout phase (to even out the samples), and the slowest rank
+        may still be running its `batch_size * group_size` episodes then. At most `max_concurrency` of them
+        run at once, so they run in `ceil(batch_size * group_size / max_concurrency)` waves, and each
+        episode is cancelled after `episode_timeout_s`: the rollouts of a step take at most `waves *
+        episode_timeout_s`. The timeout is twice that (an evaluation between two steps is another such
+        rollout), plus NCCL's default 10 minutes for what is not an episode (the update, the weight push,
+        a checkpoint, engine start). The defaults (4 x 8 episodes, 32 at once, 300 s) give 20 minutes.
+        """
+        episodes_per_rank = config.batch_size * config.group_size
+        waves = math.ceil(episodes_per_rank / config.max_concurrency)
+        return 2 * waves * timedelta(seconds=config.episode_timeout_s) + NCCL_DEFAULT_TIMEOUT
 
     @property
     def is_main(self) -> bool:
@@ -98,6 +137,24 @@ class Distributed:
         if len(everything) < self.world_size * minimum_per_rank:
             return []
         return everything[self.rank :: self.world_size]
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when `flag` is true on at least one (an all-reduce with MAX); `flag` itself
+        with one process.
+
+        Decisions that end the loop, such as the time budget, go through this: each rank measures its
+        own clock, and a rank that stopped one step before the others would leave them waiting in the
+        next step's collectives until the timeout kills the job.
+        """
+        if self.world_size == 1:
+            return flag
+        import torch
+        import torch.distributed as dist
+
+        # NCCL only reduces tensors on this rank's GPU; gloo on the CPU.
+        vote = torch.tensor([int(flag)], dtype=torch.int32, device=self.device)
+        dist.all_reduce(vote, op=dist.ReduceOp.MAX)
+        return bool(vote.item())
 
     def mean_metrics(self, values: dict[str, float]) -> dict[str, float]:
         """Evaluation metrics over every rank's share, weighted by its episode count."""
