@@ -52,7 +52,7 @@ def build_samples(tokenizer, prompts: int, group: int, completion_tokens: int) -
 
 
 def timed_pass(model, batch, share_prompts: bool) -> tuple[float, float]:
-    from lightning_sdk.training.update.batching import token_logprobs
+    from lightning_sdk.training.update.logprobs import token_logprobs
 
     wall, cpu = time.perf_counter(), time.process_time()
     logprobs, _ = token_logprobs(model, batch, with_entropy=False, share_prompts=share_prompts)

@@ -1,4 +1,4 @@
-"""The `lightning-sdk` command: `quickstart`, `train`, `report`, `serve` and `runner`."""
+"""The `lightning-sdk` command: `quickstart`, `train`, `memory`, `report`, `serve` and `runner`."""
 
 from __future__ import annotations
 
@@ -58,6 +58,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     train.add_argument("--run-dir", default=None, help="Run folder.")
     train.add_argument("--resume", action="store_true", help="Continue the run in --run-dir.")
     train.set_defaults(handler=_run_train)
+
+    memory = commands.add_parser(
+        "memory",
+        help="Estimate a training step's memory for a model: lightning-sdk memory --model Qwen/Qwen2.5-3B",
+    )
+    memory.add_argument("--model", default=None, help="Model folder or Hub id (default: the bundled model).")
+    memory.add_argument(
+        "--tokens", type=int, nargs="+", default=[1024, 2048, 4096, 8192], help="Tokens per forward pass."
+    )
+    memory.add_argument("--config", default=None, help="TrainerConfig fields as a JSON file.")
+    memory.add_argument("--gpu", action="store_true", help="Estimate for a GPU (bfloat16) even without one.")
+    memory.add_argument("--gpu-memory", type=float, default=None, help="GiB available (default: GPU 0's).")
+    memory.set_defaults(handler=_run_memory)
 
     report = commands.add_parser("report", help="Write RUN_DIR/report.html with curves and sample episodes.")
     report.add_argument("run_dir", help="A run folder written by a training run.")
@@ -127,6 +140,51 @@ def _run_train(args: argparse.Namespace) -> int:
     if result.initial_eval and result.final_eval:
         print(f"validation reward: {result.initial_eval['reward']:.3f} -> {result.final_eval['reward']:.3f}")
     return 0
+
+
+def _run_memory(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.update.memory import GIB, advice, estimate_run_memory
+
+    fields: dict[str, Any] = json.loads(Path(args.config).read_text()) if args.config else {}
+    config = TrainerConfig(**fields)
+    model_config = json.loads((resolve_model(args.model).path / "config.json").read_text())
+    on_gpu, available = _gpu_memory(args)
+    print(f"{'tokens':>8} {'checkpointing':>14}  estimate")
+    for tokens in args.tokens:
+        for checkpointing in (False, True):
+            run = dataclasses.replace(
+                config,
+                micro_batch_tokens=tokens,
+                max_sample_tokens=tokens,
+                gradient_checkpointing=checkpointing,
+            )
+            memory = estimate_run_memory(run, model_config, on_gpu)
+            fits = "" if available is None else ("  fits" if memory.total <= available else "  does not fit")
+            print(f"{tokens:>8} {checkpointing!s:>14} {memory.total / GIB:>10.1f}  {memory.describe()}{fits}")
+    if available is not None:
+        memory = estimate_run_memory(config, model_config, on_gpu)
+        print(f"\nthis configuration: {memory.describe()}")
+        print(advice(memory, int(available), config) or f"fits in {available / GIB:.1f} GiB")
+    return 0
+
+
+def _gpu_memory(args: argparse.Namespace) -> tuple[bool, float | None]:
+    """Whether to estimate for a GPU, and the bytes available (None: unknown)."""
+    if args.gpu_memory is not None:
+        return True, args.gpu_memory * 1024**3
+    if args.gpu:
+        return True, None
+    try:
+        import torch
+    except ImportError:
+        return False, None
+    if not torch.cuda.is_available():
+        return False, None
+    return True, torch.cuda.get_device_properties(0).total_memory * 0.9
 
 
 def _run_report(args: argparse.Namespace) -> int:

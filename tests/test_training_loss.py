@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import collate, token_logprobs
+from lightning_sdk.training.update.batching import collate
+from lightning_sdk.training.update.logprobs import token_logprobs
 from lightning_sdk.training.update.loss import LossOptions, policy_loss, token_weights
 from tests.fixtures.training import tiny_llama, tiny_lora_model
 
@@ -171,3 +172,43 @@ def test_shared_prompt_gradients_equal_full_sequence_gradients():
     assert gradients[0].keys() == gradients[1].keys() and gradients[0]
     for name, gradient in gradients[0].items():
         assert torch.allclose(gradient, gradients[1][name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("share_prompts", [False, True])
+def test_chunked_logprobs_equal_whole_logits_in_values_entropy_and_gradients(share_prompts):
+    results = []
+    for chunk_tokens in (None, 2):  # None: the whole [B, Lc, V] logits at once; 2: one position per chunk
+        model, _ = tiny_lora_model()
+        batch = collate(padded_samples())
+        logprobs, entropy = token_logprobs(
+            model, batch, share_prompts=share_prompts, chunk_tokens=chunk_tokens
+        )
+        (logprobs * batch.loss_mask).sum().backward()
+        gradients = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logprobs.detach(), entropy, gradients))
+    (whole, whole_entropy, whole_grads), (chunked, chunked_entropy, chunked_grads) = results
+    assert torch.allclose(whole, chunked, atol=1e-6)
+    assert torch.allclose(whole_entropy, chunked_entropy, atol=1e-6)
+    assert whole_grads.keys() == chunked_grads.keys() and whole_grads
+    for name, gradient in whole_grads.items():
+        assert torch.allclose(gradient, chunked_grads[name], atol=1e-6), name
+
+
+def test_chunked_logprobs_keep_no_whole_vocabulary_tensor_for_the_backward_pass():
+    # What autograd keeps between forward and backward: with chunks under checkpointing, no tensor of the
+    # shape [B, Lc, V] (the float32 logits) stays alive for the backward pass.
+    model, _ = tiny_lora_model()
+    batch = collate(padded_samples())
+    vocabulary = model.get_base_model().config.vocab_size
+    width = batch.completion_ids.shape[1]  # logits are [B, width (+1), V]; the MLP's are [B, whole length, .]
+    for chunk_tokens, expect_logits in ((None, True), (2, False)):
+        saved: list[torch.Size] = []
+
+        def keep_shape(tensor: torch.Tensor, saved: list[torch.Size] = saved) -> torch.Tensor:
+            saved.append(tensor.shape)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(keep_shape, lambda tensor: tensor):
+            token_logprobs(model, batch, with_entropy=False, share_prompts=False, chunk_tokens=chunk_tokens)
+        kept_logits = [s for s in saved if len(s) == 3 and s[1] in (width, width + 1) and s[2] == vocabulary]
+        assert bool(kept_logits) == expect_logits, (chunk_tokens, kept_logits)

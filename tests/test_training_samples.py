@@ -5,7 +5,7 @@ import torch
 
 from lightning_sdk.tracing.episode import LLMCall
 from lightning_sdk.training.algorithm.samples import Sample, build_samples, chain_calls
-from lightning_sdk.training.update.batching import collate, micro_batches
+from lightning_sdk.training.update.batching import batch_tokens, collate, micro_batches
 
 
 def call(prompt, completion, logprobs=None, agent="a"):
@@ -125,3 +125,15 @@ def test_micro_batches_pack_whole_prompt_groups():
     ]
     assert [len(sample.completion_ids) for sample in chunks[1]] == [1, 2, 3]
     assert [collate(chunk).num_prompts for chunk in chunks] == [1, 1, 1, 1]
+
+
+def test_micro_batches_keep_within_the_token_budget_and_a_long_sample_goes_alone():
+    def sample(prompt, length):
+        return Sample(prompt, [1] * length, [1] * length, [None] * length, [1.0] * length)
+
+    group = [sample([3, 3], length) for length in (2, 4, 6)]  # padded: rows x (2 + longest completion)
+    long = sample([9], 40)
+    chunks = micro_batches([*group, long], size=8, max_tokens=16)
+    assert [[len(s.completion_ids) for s in chunk] for chunk in chunks] == [[40], [2, 4], [6]]
+    assert batch_tokens(chunks[0]) == 41 and all(batch_tokens(chunk) <= 16 for chunk in chunks[1:])
+    assert micro_batches([*group, long], size=8) == [[long, *group]]  # no budget: one pass

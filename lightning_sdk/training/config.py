@@ -69,8 +69,13 @@ class TrainerConfig:
     max_grad_norm: float | None = 1.0
     """Clip the global gradient norm to this value before each optimizer step; `None` disables clipping."""
     micro_batch_size: int = 8
-    """Sequences per forward/backward pass; gradients of the micro-batches are accumulated. Lower it to
-    save memory, it does not change the result."""
+    """Most sequences per forward/backward pass; gradients of the micro-batches are accumulated. Lower it
+    to save memory, it does not change the result."""
+    micro_batch_tokens: int | None = 16384
+    """Most padded tokens per forward/backward pass (rows x (longest prompt + longest completion)); a
+    sample longer than this goes alone. Peak training memory follows this budget, not the longest episode:
+    `lightning-sdk memory` (or `lightning_sdk.training.update.memory.estimate_step_memory`) says what a
+    budget costs for a model. `None`: only `micro_batch_size` limits a micro-batch."""
     mini_batches_per_step: int = 1
     """Optimizer steps per training step: the step's samples are split into this many mini-batches.
     1 is fully on-policy; more reuses each rollout for several updates, with PPO clipping keeping
@@ -85,8 +90,15 @@ class TrainerConfig:
     """Dropout on the LoRA input. Kept at 0 by default so the trained policy equals the sampled one."""
     lora_target_modules: Sequence[str] | str = DEFAULT_LORA_TARGET_MODULES
     """Module names that receive LoRA adapters, or `"all-linear"`."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass: less memory, about a third more compute."""
+    logit_chunk_tokens: int | None = 1024
+    """Tokens projected to the vocabulary at once in the training pass: the float32 logits of a long
+    completion never exist whole (0.6 GB for 1024 tokens of a 150k vocabulary, against 1.2 GB per 2k
+    tokens at once), for a second projection of each chunk in the backward pass. `None`: all at once."""
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    """Recompute each layer's activations in the backward pass: the pass keeps one tensor per layer and
+    token instead of dozens, for about a third more compute. `"auto"` (the default) turns it on where the
+    policy trains on a GPU (where long agent episodes would not fit otherwise) and off on a CPU (where the
+    bundled model fits without it and compute is the bottleneck)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Training dtype of the base weights: `"auto"` is float32 on a CPU and bfloat16 on a GPU."""
 

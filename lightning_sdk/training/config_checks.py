@@ -236,6 +236,24 @@ def _check_runners(config: Any) -> str | None:
     return None
 
 
+def _check_memory_fields(config: Any) -> str | None:
+    if config.gradient_checkpointing not in (True, False, "auto"):
+        return (
+            f"gradient_checkpointing={config.gradient_checkpointing!r} must be True, False or 'auto' (on "
+            "where the policy trains on a GPU)."
+        )
+    for name, meaning in (
+        ("micro_batch_tokens", "the padded tokens of one forward pass"),
+        ("logit_chunk_tokens", "the tokens projected to the vocabulary at once"),
+    ):
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            return (
+                f"{name}={value!r} must be a whole number of tokens >= 1 ({meaning}), or None for no limit."
+            )
+    return None
+
+
 def _check_routes(config: Any) -> str | None:
     from lightning_sdk.tracing.routing import compile_routes
 
@@ -298,6 +316,7 @@ _CHECKS: list[Check] = [
     _choice("weight_sync"),
     _check_report_to,
     _check_runners,
+    _check_memory_fields,
     _check_routes,
     _check_upstream,
 ]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import torch
 
     from lightning_sdk.engine.factory import EngineKind
+    from lightning_sdk.engine.placement import Placement
     from lightning_sdk.engine.types import Engine
     from lightning_sdk.rollouts.queue import RolloutQueue
     from lightning_sdk.rollouts.remote import RemoteRollouts
@@ -102,6 +103,7 @@ class TrainingSession:
         sampling = SamplingPolicy(accept_any_model=True)
         server = _serve(engine, owns_engine, config, sampling, routes, host, port)
         engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
+        _say_step_memory(config, engine.model.path, placement)
         dtype = placement.training_dtype(config.dtype)
         base = load_base_model(engine.model.path, dtype, device=placement.device)
         policy = distributed.wrap(build_lora_model(base, config))
@@ -407,6 +409,31 @@ class TrainingSession:
             self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()
         self.distributed.close()
+
+
+def _say_step_memory(config: TrainerConfig, model_path: Path, placement: Placement) -> None:
+    """Log the sizing rule's estimate of a training step; on a GPU, warn with what to change when it is
+    over the device's memory (before minutes of training end in an out-of-memory error)."""
+    import json
+
+    from lightning_sdk.training.update.memory import advice, estimate_run_memory
+
+    try:
+        model_config = json.loads((Path(model_path) / "config.json").read_text())
+        memory = estimate_run_memory(config, model_config, placement.on_gpu)
+    except (OSError, ValueError) as error:  # a model family the rule does not know: say so, train anyway
+        log.info("no memory estimate for this model (%s)", error)
+        return
+    log.info("a training step needs about %s", memory.describe())
+    if placement.on_gpu:
+        import torch
+
+        # The engine sleeps while the policy trains (its weights offloaded, its KV cache freed), so the
+        # device's memory is the policy's, less a tenth for the CUDA context and the allocator's slack.
+        available = int(torch.cuda.get_device_properties(placement.device).total_memory * 0.9)
+        problem = advice(memory, available, config)
+        if problem is not None:
+            log.warning("%s (lightning-sdk memory --model ... prints the rule for other settings)", problem)
 
 
 def _engine(

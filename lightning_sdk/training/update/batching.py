@@ -1,4 +1,4 @@
-"""Samples to padded tensors, and per-token log-probabilities from a causal LM forward.
+"""Samples to padded tensors, packed into micro-batches by a token budget.
 
 A batch keeps prompts and completions apart: the distinct prompts of the batch, left-padded so they
 end together, and one right-padded completion per sample. The `group_size` episodes of a task share
@@ -6,7 +6,7 @@ their first prompt, so a micro-batch of one group holds one prompt and eight com
 then goes through the model once and its key/value cache is reused by every completion (the gradient
 flows back through the shared cache). With the A + B task's shape (47 prompt and 16 completion tokens,
 8 samples per prompt) that is about 2.4 times less CPU time for forward + backward than running every
-full sequence (`benchmarks/train_step.py`).
+full sequence (`benchmarks/train_step.py`). `logprobs.py` runs the model on a `Batch`.
 
 Per-token tensors are `[B, Lc]`, aligned with `completion_ids`: column `k` is completion token `k`,
 predicted by the last prompt position for `k = 0` and by completion position `k - 1` after that.
@@ -21,7 +21,7 @@ import torch
 
 from lightning_sdk.training.algorithm.samples import Sample
 
-__all__ = ["Batch", "collate", "micro_batches", "token_logprobs"]
+__all__ = ["Batch", "batch_tokens", "collate", "micro_batches", "positions"]
 
 
 @dataclass
@@ -102,115 +102,48 @@ def collate(samples: Sequence[Sample], pad_token_id: int = 0, device: torch.devi
     )
 
 
-def micro_batches(samples: Sequence[Sample], size: int) -> list[list[Sample]]:
-    """Split samples into micro-batches of at most `size` sequences.
+def batch_tokens(samples: Sequence[Sample]) -> int:
+    """The padded size of a micro-batch in tokens: rows x (longest prompt + longest completion). It bounds
+    the activations the forward pass keeps (sharing a prompt only makes them smaller)."""
+    if not samples:
+        return 0
+    prompt = max(len(sample.prompt_ids) for sample in samples)
+    completion = max(len(sample.completion_ids) for sample in samples)
+    return len(samples) * (prompt + completion)
 
-    Samples with the same prompt are packed whole into one micro-batch when they fit (they share the
-    prompt's forward pass); groups larger than `size` are split. Similar lengths go together, which
-    keeps padding small.
+
+def micro_batches(samples: Sequence[Sample], size: int, max_tokens: int | None = None) -> list[list[Sample]]:
+    """Split samples into micro-batches of at most `size` sequences and `max_tokens` padded tokens.
+
+    Peak memory follows the micro-batch's padded tokens, so the token budget, not the longest episode,
+    decides it; a sample longer than the budget goes alone. Samples with the same prompt are packed whole
+    into one micro-batch when they fit (they share the prompt's forward pass), else split; similar lengths
+    go together, which keeps padding small.
     """
+
+    def fits(chunk: list[Sample]) -> bool:
+        return len(chunk) <= size and (max_tokens is None or batch_tokens(chunk) <= max_tokens)
+
     by_prompt: dict[tuple[int, ...], list[Sample]] = {}
     for sample in sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.completion_ids))):
         by_prompt.setdefault(tuple(sample.prompt_ids), []).append(sample)
     chunks: list[list[Sample]] = []
     current: list[Sample] = []
     for group in by_prompt.values():
-        if len(current) + len(group) > size and current:
+        if current and not fits(current + group):
             chunks.append(current)
             current = []
-        while len(group) > size:
-            chunks.append(group[:size])
-            group = group[size:]
-        current = current + group
+        for sample in group:
+            if current and not fits([*current, sample]):
+                chunks.append(current)
+                current = []
+            current.append(sample)
     if current:
         chunks.append(current)
     return chunks
 
 
-def _positions(mask: torch.Tensor, offset: torch.Tensor | int = 0) -> torch.Tensor:
-    # Real tokens get positions 0, 1, 2, ... as the engine gave them; left padding does not shift them.
+def positions(mask: torch.Tensor, offset: torch.Tensor | int = 0) -> torch.Tensor:
+    """Position ids: real tokens get 0, 1, 2, ... (plus `offset`) as the engine gave them; left padding
+    does not shift them."""
     return (mask.cumsum(dim=1) - 1).clamp(min=0) + (offset if isinstance(offset, int) else offset[:, None])
-
-
-def _full_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    index = batch.prompt_index
-    input_ids = torch.cat([batch.prompt_ids[index], batch.completion_ids], dim=1)
-    mask = torch.cat([batch.prompt_mask[index], batch.completion_mask], dim=1)
-    width = batch.completion_ids.shape[1]
-    # Logits of the last prompt position and every completion position but the last (nothing to predict).
-    output = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=_positions(mask),
-        logits_to_keep=width + 1,
-        use_cache=False,
-    )
-    logits: torch.Tensor = output.logits[:, :-1, :]
-    return logits
-
-
-def _shared_prompt_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    from transformers import DynamicCache
-
-    index = batch.prompt_index
-    cache = DynamicCache()
-    prompt_output = model(
-        input_ids=batch.prompt_ids,
-        attention_mask=batch.prompt_mask,
-        position_ids=_positions(batch.prompt_mask),
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    cache.reorder_cache(index)  # type: ignore[arg-type]  # one copy of each prompt's keys and values per sample (differentiable)
-    prompt_lengths = batch.prompt_mask.sum(dim=1)[index]
-    completion_output = model(
-        input_ids=batch.completion_ids,
-        attention_mask=torch.cat([batch.prompt_mask[index], batch.completion_mask], dim=1),
-        position_ids=_positions(torch.ones_like(batch.completion_mask), prompt_lengths),
-        past_key_values=cache,
-        use_cache=True,
-    )
-    return torch.cat([prompt_output.logits[index, -1:, :], completion_output.logits[:, :-1, :]], dim=1)
-
-
-def _can_share_prompts(model: torch.nn.Module, batch: Batch) -> bool:
-    inner = getattr(model, "module", model)  # DistributedDataParallel
-    if inner is not model or getattr(inner, "is_gradient_checkpointing", False):
-        # DDP expects one forward per backward, and checkpointed models drop the cache in training.
-        return False
-    return batch.num_prompts < batch.num_sequences
-
-
-def token_logprobs(
-    model: torch.nn.Module, batch: Batch, with_entropy: bool = True, share_prompts: bool | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probabilities `[B, Lc]` of `batch.completion_ids` under `model`, and their entropies.
-
-    The logits are divided by each sequence's sampling temperature, so the result is the
-    log-probability of the distribution the engine sampled from. Only completion positions are
-    projected to the vocabulary, and `logsumexp - gather` avoids a second `[B, Lc, V]` log-softmax
-    tensor. The entropy (no gradient) is computed row by row to bound the temporary memory.
-
-    Args:
-        model: a causal LM (peft or plain transformers), possibly wrapped in DistributedDataParallel.
-        batch: from `collate`.
-        with_entropy: also return the entropy of each position's distribution.
-        share_prompts: run each distinct prompt once and reuse its cache; `None` decides by itself (yes
-            when prompts repeat, unless the model is DDP-wrapped or uses gradient checkpointing).
-    """
-    if share_prompts is None:
-        share_prompts = _can_share_prompts(model, batch)
-    logits = _shared_prompt_logits(model, batch) if share_prompts else _full_logits(model, batch)
-    logits = logits.float() / batch.temperatures[:, None, None]
-    picked = torch.gather(logits, -1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
-    logprobs = picked - torch.logsumexp(logits, dim=-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            rows = []
-            for row_logits in logits.detach():
-                probabilities = torch.softmax(row_logits, dim=-1)
-                rows.append(torch.logsumexp(row_logits, -1) - (probabilities * row_logits).sum(-1))
-            entropy = torch.stack(rows)
-    return logprobs, entropy

@@ -30,6 +30,7 @@ __all__ = [
     "merged_state_dict",
     "resolve_dtype",
     "save_adapter",
+    "uses_gradient_checkpointing",
 ]
 
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
@@ -78,13 +79,21 @@ def build_lora_model(base_model: PreTrainedModel, config: TrainerConfig) -> Peft
         target_modules=targets if isinstance(targets, str) else list(targets),
         task_type="CAUSAL_LM",
     )
-    if config.gradient_checkpointing:
+    checkpointing = uses_gradient_checkpointing(config, base_model.device)
+    if checkpointing:
         base_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = get_peft_model(base_model, lora_config)
-    if config.gradient_checkpointing:
+    if checkpointing:
         # The frozen embedding output has no grad; checkpointed blocks need inputs that require one.
         model.enable_input_require_grads()
     return model
+
+
+def uses_gradient_checkpointing(config: TrainerConfig, device: torch.device) -> bool:
+    """Whether the policy recomputes activations in the backward pass: as set, or for `"auto"` on a GPU."""
+    if config.gradient_checkpointing == "auto":
+        return device.type == "cuda"
+    return bool(config.gradient_checkpointing)
 
 
 def merged_state_dict(model: PeftModel, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:

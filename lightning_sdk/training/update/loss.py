@@ -51,6 +51,8 @@ class LossOptions:
     """`"grpo"`, `"dapo"` or `"dr_grpo"`."""
     dr_grpo_length: int = 256
     """The constant `L` of `dr_grpo`."""
+    logit_chunk_tokens: int | None = 1024
+    """Tokens projected to the vocabulary at once (`update/logprobs.py`)."""
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> LossOptions:
@@ -62,6 +64,7 @@ class LossOptions:
             importance_sampling_cap=config.importance_sampling_cap,
             normalization=config.loss_normalization,
             dr_grpo_length=config.dr_grpo_length or config.max_tokens,
+            logit_chunk_tokens=config.logit_chunk_tokens,
         )
 
 

@@ -12,7 +12,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import Batch, collate, micro_batches, token_logprobs
+from lightning_sdk.training.update.batching import Batch, collate, micro_batches
+from lightning_sdk.training.update.logprobs import token_logprobs
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 
 if TYPE_CHECKING:
@@ -34,17 +35,21 @@ def _unwrapped(model: PolicyModel) -> PeftModel:
     return cast("PeftModel", model.module) if isinstance(model, DistributedDataParallel) else model
 
 
-def _reference_logprobs(model: PolicyModel, batch: Batch) -> torch.Tensor:
+def _reference_logprobs(model: PolicyModel, batch: Batch, chunk_tokens: int | None) -> torch.Tensor:
     # The base model is the same network with the adapter switched off: no second copy in memory.
     peft_model = _unwrapped(model)
     with torch.no_grad(), peft_model.disable_adapter():
-        logprobs, _ = token_logprobs(peft_model, batch, with_entropy=False)
+        logprobs, _ = token_logprobs(peft_model, batch, with_entropy=False, chunk_tokens=chunk_tokens)
     return logprobs
 
 
-def _old_logprobs(model: PolicyModel, batches: list[Batch]) -> list[torch.Tensor]:
+def _old_logprobs(model: PolicyModel, batches: list[Batch], chunk_tokens: int | None) -> list[torch.Tensor]:
     with torch.no_grad():
-        return [token_logprobs(_unwrapped(model), batch, with_entropy=False)[0] for batch in batches]
+        unwrapped = _unwrapped(model)
+        return [
+            token_logprobs(unwrapped, batch, with_entropy=False, chunk_tokens=chunk_tokens)[0]
+            for batch in batches
+        ]
 
 
 def _gradient_sync(model: PolicyModel, is_last_micro_batch: bool) -> AbstractContextManager[object]:
@@ -92,7 +97,7 @@ def train_on_samples(
     plan = _plan(samples, config, pad_token_id, device=next(model.parameters()).device)
     # Later mini-batches are trained after earlier updates: measure their ratio against the policy
     # that sampled them, computed before anything changes. The first mini-batch is exactly on-policy.
-    old = [None] + [_old_logprobs(model, batches) for batches in plan[1:]]
+    old = [None] + [_old_logprobs(model, batches, options.logit_chunk_tokens) for batches in plan[1:]]
     model.train()
     totals = LossStats()
     grad_norms: list[float | None] = []
@@ -108,7 +113,10 @@ def _plan(
 ) -> list[list[Batch]]:
     """Per mini-batch, its collated micro-batches."""
     return [
-        [collate(chunk, pad_token_id, device) for chunk in micro_batches(mini, config.micro_batch_size)]
+        [
+            collate(chunk, pad_token_id, device)
+            for chunk in micro_batches(mini, config.micro_batch_size, config.micro_batch_tokens)
+        ]
         for mini in split_mini_batches(samples, config.mini_batches_per_step)
     ]
 
@@ -125,9 +133,10 @@ def _accumulate_gradients(
     num_sequences = sum(batch.num_sequences for batch in batches)
     num_tokens = int(sum(float(batch.loss_mask.sum()) for batch in batches))
     for micro_index, batch in enumerate(batches):
-        reference = _reference_logprobs(model, batch) if options.kl_coef > 0 else None
+        chunk = options.logit_chunk_tokens
+        reference = _reference_logprobs(model, batch, chunk) if options.kl_coef > 0 else None
         with _gradient_sync(model, micro_index == len(batches) - 1):
-            logprobs, entropy = token_logprobs(model, batch)
+            logprobs, entropy = token_logprobs(model, batch, chunk_tokens=chunk)
             old = logprobs.detach() if old_logprobs is None else old_logprobs[micro_index]
             weights = token_weights(
                 batch.loss_mask, options.normalization, num_sequences, num_tokens, options.dr_grpo_length

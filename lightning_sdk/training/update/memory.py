@@ -1,0 +1,243 @@
+"""The sizing rule: how much memory one training step of a model needs, and what to change if it does not fit.
+
+A step holds the base weights, the adapter with its gradient and Adam's two moments, the activations the
+backward pass needs for one micro-batch, and the vocabulary projection of that micro-batch's completion
+tokens. Only the last two grow with the episode, and both are counted per token of the largest
+micro-batch: `max(micro_batch_tokens, max_sample_tokens)` padded tokens (a sample longer than the budget
+goes alone).
+
+Per token and decoder layer of a Llama/Qwen-style model, autograd keeps (with SDPA or flash attention, which
+keep no `[L, L]` score matrix): the two RMSNorm inputs in float32 and their outputs, the attention's
+query, key, value and output, the output projection's input, and the MLP's gate, activation, up
+projection and their product: `b * (5h + 2kv + 4i + 7r) + 4 * 2h` bytes for hidden size `h`, key/value
+width `kv`, MLP width `i`, LoRA rank `r` and activation bytes `b`. The logits cost `16 V` bytes per
+projected token at their peak (the head's output, the float32 scaled logits, their gradient and the
+softmax of the backward pass); chunked, only `chunk_tokens` of them exist at once. Without checkpointing
+every layer's activations are alive when the backward pass starts at the logits: the peak is their sum.
+With gradient checkpointing the pass keeps each layer's input (`b * h` per token and layer); the logits'
+peak comes first, and one layer's recomputed activations later, so the peak holds the larger of the two.
+
+`benchmarks/train_memory.py` measures real model shapes on a CPU and prints this estimate beside each
+measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_sdk.training.config import TrainerConfig
+
+__all__ = ["ModelShape", "StepMemory", "advice", "estimate_run_memory", "estimate_step_memory", "run_tokens"]
+
+GIB = 1024**3
+_ADAPTER_BYTES_PER_PARAMETER = 16
+"""float32 weight, gradient and Adam's two moments."""
+_LOGIT_BYTES_PER_VOCABULARY_ENTRY = 16
+"""The head's output, the float32 scaled logits, their gradient and the backward pass's softmax, per
+projected token (measured: `benchmarks/train_memory.py`, 2.33 GiB saved by chunking 2048 tokens of a
+152k vocabulary into 1024s, 16 bytes per entry)."""
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a decoder-only transformer that decide its memory (from its Hugging Face config)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    vocab_size: int
+    num_heads: int
+    num_kv_heads: int
+    tied_embeddings: bool = True
+    qkv_bias: bool = False
+    """The query, key and value projections have biases (Qwen2 always; Llama's `attention_bias`)."""
+
+    @classmethod
+    def from_config(cls, config: Any) -> ModelShape:
+        """From a `transformers.PretrainedConfig` or its `config.json` as a dict."""
+
+        def field(name: str) -> Any:
+            return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+
+        def size(name: str) -> int:
+            value = field(name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"the model's config has no whole number {name!r} (got {value!r}).")
+            return value
+
+        heads, kv_heads = size("num_attention_heads"), field("num_key_value_heads")
+        tied, bias = field("tie_word_embeddings"), field("attention_bias")
+        return cls(
+            hidden_size=size("hidden_size"),
+            intermediate_size=size("intermediate_size"),
+            num_layers=size("num_hidden_layers"),
+            vocab_size=size("vocab_size"),
+            num_heads=heads,
+            num_kv_heads=kv_heads if isinstance(kv_heads, int) else heads,
+            tied_embeddings=True if tied is None else bool(tied),
+            qkv_bias=bool(bias) if bias is not None else field("model_type") == "qwen2",
+        )
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the key (and of the value) projection."""
+        return self.hidden_size // self.num_heads * self.num_kv_heads
+
+    def parameters(self) -> int:
+        """Parameters of the model: projections, biases, norms and embeddings."""
+        h, i, kv = self.hidden_size, self.intermediate_size, self.kv_width
+        biases = h + 2 * kv if self.qkv_bias else 0
+        layer = 2 * h * h + 2 * h * kv + 3 * h * i + biases + 2 * h  # projections, biases, two norms
+        embeddings = self.vocab_size * h * (1 if self.tied_embeddings else 2)
+        return self.num_layers * layer + embeddings + h
+
+    def lora_parameters(self, rank: int, targets: Sequence[str] | str) -> int:
+        """Parameters of a LoRA adapter of `rank` on the named projections of every layer."""
+        h, i, kv = self.hidden_size, self.intermediate_size, self.kv_width
+        sizes = {
+            "q_proj": h + h,
+            "k_proj": h + kv,
+            "v_proj": h + kv,
+            "o_proj": h + h,
+            "gate_proj": h + i,
+            "up_proj": h + i,
+            "down_proj": i + h,
+        }
+        chosen = _PROJECTIONS if targets == "all-linear" else [name for name in sizes if name in targets]
+        return self.num_layers * rank * sum(sizes[name] for name in chosen)
+
+    def activation_bytes(self, activation_bytes: int, lora_rank: int) -> int:
+        """Bytes autograd keeps per token and layer without checkpointing (see the module docstring)."""
+        h, i, kv = self.hidden_size, self.intermediate_size, self.kv_width
+        return activation_bytes * (5 * h + 2 * kv + 4 * i + 7 * lora_rank) + 4 * 2 * h
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """The estimate of one training step's memory, in bytes, by part."""
+
+    weights: int
+    adapter: int
+    activations: int
+    """Kept from the forward pass to the backward pass."""
+    logits: int
+    """The vocabulary projection at its peak (the start of the backward pass)."""
+    recompute: int
+    """One layer's activations, recomputed in the backward pass under checkpointing (after the logits'
+    peak, so the step's peak holds the larger of the two); 0 without checkpointing."""
+    tokens: int
+    """The padded tokens of the largest micro-batch the estimate is for."""
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.adapter + self.activations + max(self.logits, self.recompute)
+
+    def describe(self) -> str:
+        """One line: the total and its parts, in GiB."""
+        parts = ", ".join(
+            f"{name} {value / GIB:.2f}"
+            for name, value in (
+                ("weights", self.weights),
+                ("adapter + optimizer", self.adapter),
+                ("activations", self.activations),
+                ("logits", self.logits),
+                ("recomputed layer", self.recompute),
+            )
+        )
+        return f"{self.total / GIB:.1f} GiB for {self.tokens} tokens per micro-batch ({parts} GiB)"
+
+
+def estimate_step_memory(
+    shape: ModelShape,
+    tokens: int,
+    *,
+    completion_tokens: int | None = None,
+    weight_bytes: int = 2,
+    activation_bytes: int | None = None,
+    lora_rank: int = 16,
+    lora_targets: Sequence[str] | str = _PROJECTIONS,
+    gradient_checkpointing: bool = True,
+    chunk_tokens: int | None = 1024,
+) -> StepMemory:
+    """The memory of a training step whose largest micro-batch has `tokens` padded tokens.
+
+    Args:
+        shape: the model's sizes (`ModelShape.from_config(...)`).
+        tokens: padded tokens of the largest micro-batch: `max(micro_batch_tokens, max_sample_tokens)`.
+        completion_tokens: of those, the completion tokens (projected to the vocabulary); default: all of
+            them, the bound for `mode="trajectory"` samples.
+        weight_bytes: bytes per base weight (2 for bfloat16 on a GPU, 4 for float32 on a CPU).
+        activation_bytes: bytes per activation (default: `weight_bytes`).
+        lora_rank, lora_targets: the adapter (`TrainerConfig.lora_rank`, `lora_target_modules`).
+        gradient_checkpointing: whether layers are recomputed in the backward pass.
+        chunk_tokens: tokens projected to the vocabulary at once (`None`: all of them).
+    """
+    if tokens < 1:
+        raise ValueError(f"tokens={tokens!r} must be at least 1.")
+    act = activation_bytes or weight_bytes
+    per_layer = shape.activation_bytes(act, lora_rank)
+    if gradient_checkpointing:
+        activations, recompute = tokens * shape.num_layers * shape.hidden_size * act, tokens * per_layer
+    else:
+        activations, recompute = tokens * shape.num_layers * per_layer, 0
+    completion = tokens if completion_tokens is None else min(completion_tokens, tokens)
+    projected = completion if chunk_tokens is None else min(completion, chunk_tokens)
+    return StepMemory(
+        weights=shape.parameters() * weight_bytes,
+        adapter=shape.lora_parameters(lora_rank, lora_targets) * _ADAPTER_BYTES_PER_PARAMETER,
+        activations=activations,
+        logits=projected * shape.vocab_size * _LOGIT_BYTES_PER_VOCABULARY_ENTRY,
+        recompute=recompute,
+        tokens=tokens,
+    )
+
+
+def run_tokens(config: TrainerConfig) -> int:
+    """The padded tokens of a run's largest micro-batch: its token budget, or one sample at its cap when a
+    sample may be longer (a sample over the budget goes alone)."""
+    budget, cap = config.micro_batch_tokens, config.max_sample_tokens
+    sizes = [size for size in (budget, cap) if size is not None]
+    return max(sizes) if sizes else 32768  # neither set: no bound; say what a 32k-token sample costs
+
+
+def estimate_run_memory(config: TrainerConfig, model_config: Any, on_gpu: bool) -> StepMemory:
+    """The step memory of a run of `config` on the model of `model_config` (its `config.json`)."""
+    checkpointing = config.gradient_checkpointing
+    width = 2 if on_gpu else 4  # bfloat16 on a GPU, float32 on a CPU (`TrainerConfig.dtype="auto"`)
+    if config.dtype != "auto":
+        width = 4 if config.dtype == "float32" else 2
+    return estimate_step_memory(
+        ModelShape.from_config(model_config),
+        run_tokens(config),
+        weight_bytes=width,
+        lora_rank=config.lora_rank,
+        lora_targets=config.lora_target_modules,
+        gradient_checkpointing=on_gpu if checkpointing == "auto" else bool(checkpointing),
+        chunk_tokens=config.logit_chunk_tokens,
+    )
+
+
+def advice(memory: StepMemory, available: int, config: TrainerConfig) -> str | None:
+    """What to change when `memory` is over `available` bytes (None when it fits)."""
+    if memory.total <= available:
+        return None
+    changes = []
+    if config.gradient_checkpointing is False:
+        changes.append("gradient_checkpointing=True (or 'auto' on a GPU)")
+    if memory.activations > memory.total // 4:
+        changes.append(
+            f"a smaller micro_batch_tokens (now {config.micro_batch_tokens}) and max_sample_tokens (now "
+            f"{config.max_sample_tokens}): activations grow with the tokens of one forward pass"
+        )
+    if config.logit_chunk_tokens is None or memory.logits > memory.total // 4:
+        changes.append("a smaller logit_chunk_tokens (the vocabulary projection's share)")
+    if memory.weights > available // 2:
+        changes.append("a smaller model, or more GPUs under torchrun (each rank holds the weights)")
+    return (
+        f"a training step needs about {memory.describe()}, more than the {available / GIB:.1f} GiB "
+        f"available. Try: {'; '.join(changes) or 'fewer tokens per forward pass'}."
+    )

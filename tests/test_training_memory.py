@@ -1,0 +1,78 @@
+"""The sizing rule against the models it sizes: parameter counts from real model objects, the adapter's size
+from peft, and the `lightning-sdk memory` command. (Its fit to measured memory is in benchmarks/.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import lightning_sdk as ls
+from lightning_sdk.cli import main
+from lightning_sdk.training.update.memory import ModelShape, advice, estimate_run_memory, estimate_step_memory
+from tests.fixtures.training import tiny_llama
+
+
+def test_the_shape_counts_the_parameters_and_the_adapter_of_a_real_model() -> None:
+    from lightning_sdk.training.update.lora import build_lora_model
+
+    model = tiny_llama()
+    shape = ModelShape.from_config(model.config)
+    assert shape.parameters() == sum(parameter.numel() for parameter in model.parameters())
+    policy = build_lora_model(model, ls.TrainerConfig(lora_rank=4))
+    trainable = sum(parameter.numel() for parameter in policy.parameters() if parameter.requires_grad)
+    assert shape.lora_parameters(4, ls.TrainerConfig().lora_target_modules) == trainable
+
+
+def test_checkpointing_and_chunks_bound_what_grows_with_the_episode() -> None:
+    shape = ModelShape.from_config({**QWEN_1_5B})
+    whole = estimate_step_memory(shape, 8192, gradient_checkpointing=False, chunk_tokens=None)
+    lean = estimate_step_memory(shape, 8192, gradient_checkpointing=True, chunk_tokens=1024)
+    assert lean.weights == whole.weights and lean.adapter == whole.adapter
+    assert lean.activations < whole.activations / 10 and lean.logits * 8 == whole.logits
+    assert lean.total == lean.weights + lean.adapter + lean.activations + max(lean.logits, lean.recompute)
+    assert 1.50e9 < shape.parameters() < 1.55e9  # Qwen2.5-1.5B has 1.54 billion
+    longer = estimate_step_memory(shape, 16384, gradient_checkpointing=True, chunk_tokens=1024)
+    assert longer.logits == lean.logits and longer.activations == 2 * lean.activations
+
+
+def test_a_step_that_does_not_fit_says_what_to_change() -> None:
+    config = ls.TrainerConfig(gradient_checkpointing=False, max_sample_tokens=8192)
+    memory = estimate_run_memory(config, QWEN_1_5B, on_gpu=True)
+    problem = advice(memory, 16 * 1024**3, config)
+    assert (
+        problem is not None and "gradient_checkpointing=True" in problem and "micro_batch_tokens" in problem
+    )
+    assert (
+        advice(estimate_run_memory(ls.TrainerConfig(), QWEN_1_5B, on_gpu=True), 80 * 1024**3, config) is None
+    )
+
+
+def test_a_config_without_the_sizes_is_refused_with_the_missing_one() -> None:
+    with pytest.raises(ValueError, match="'intermediate_size'"):
+        ModelShape.from_config({key: value for key, value in QWEN_1_5B.items() if key != "intermediate_size"})
+
+
+def test_the_memory_command_prints_the_rule_for_the_bundled_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory", "--tokens", "2048", "--gpu-memory", "8"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("GiB for 2048 tokens per micro-batch") == 2 and "fits in 8.0 GiB" in printed
+
+
+def test_the_memory_command_refuses_a_bad_config(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"micro_batch_tokens": 0}))
+    assert main(["memory", "--config", str(bad)]) == 2
+    assert "micro_batch_tokens=0 must be a whole number of tokens >= 1" in capsys.readouterr().err
+
+
+QWEN_1_5B = {  # Qwen/Qwen2.5-1.5B-Instruct's config.json (the sizes that decide memory)
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+    "model_type": "qwen2",
+}
