@@ -90,10 +90,11 @@ class TrainerConfig:
     """Dropout on the LoRA input. Kept at 0 by default so the trained policy equals the sampled one."""
     lora_target_modules: Sequence[str] | str = DEFAULT_LORA_TARGET_MODULES
     """Module names that receive LoRA adapters, or `"all-linear"`."""
-    logit_chunk_tokens: int | None = 1024
-    """Tokens projected to the vocabulary at once in the training pass: the float32 logits of a long
-    completion never exist whole (0.6 GB for 1024 tokens of a 150k vocabulary, against 1.2 GB per 2k
-    tokens at once), for a second projection of each chunk in the backward pass. `None`: all at once."""
+    logit_chunk_tokens: int | None = 512
+    """Tokens projected to the vocabulary at once in the training pass: the logits of a long completion
+    never exist whole (at their peak 16 bytes per vocabulary entry: 1.2 GiB for 512 tokens of a 150k
+    vocabulary, against 4.6 GiB for a 2k-token completion at once), for a second projection of each chunk
+    in the backward pass. `None`: all at once."""
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute each layer's activations in the backward pass: the pass keeps one tensor per layer and
     token instead of dozens, for about a third more compute. `"auto"` (the default) turns it on where the

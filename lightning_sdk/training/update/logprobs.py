@@ -28,9 +28,10 @@ from lightning_sdk.training.update.batching import Batch, positions
 
 __all__ = ["DEFAULT_CHUNK_TOKENS", "token_logprobs"]
 
-DEFAULT_CHUNK_TOKENS = 1024
-"""Tokens projected to the vocabulary at once: 1024 x 152k x 4 bytes = 0.6 GB of float32 logits for Qwen's
-vocabulary (0.2 GB for the bundled model's 49k), small beside a 1.5B model's weights."""
+DEFAULT_CHUNK_TOKENS = 512
+"""Tokens projected to the vocabulary at once (`TrainerConfig.logit_chunk_tokens`): at their peak 16 bytes
+per vocabulary entry, 1.2 GiB for Qwen's 152k vocabulary (0.4 GiB for the bundled model's 49k); a 2k-token
+completion projected at once would need four times that."""
 
 
 def token_logprobs(

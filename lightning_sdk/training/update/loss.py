@@ -51,7 +51,7 @@ class LossOptions:
     """`"grpo"`, `"dapo"` or `"dr_grpo"`."""
     dr_grpo_length: int = 256
     """The constant `L` of `dr_grpo`."""
-    logit_chunk_tokens: int | None = 1024
+    logit_chunk_tokens: int | None = 512
     """Tokens projected to the vocabulary at once (`update/logprobs.py`)."""
 
     @classmethod

@@ -161,7 +161,7 @@ def estimate_step_memory(
     lora_rank: int = 16,
     lora_targets: Sequence[str] | str = _PROJECTIONS,
     gradient_checkpointing: bool = True,
-    chunk_tokens: int | None = 1024,
+    chunk_tokens: int | None = 512,
 ) -> StepMemory:
     """The memory of a training step whose largest micro-batch has `tokens` padded tokens.
 
