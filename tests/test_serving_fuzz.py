@@ -102,12 +102,17 @@ def check_answer(response: Any, path: str) -> None:
     if content_type.startswith("text/event-stream"):
         lines = response.text.splitlines()
         events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
-        if path == "POST /v1/responses":  # Responses streams end with their final event, not [DONE]
-            assert json.loads(events[-1])["type"] in ("response.completed", "response.incomplete", "error")
-            events.append("[DONE]")
-        assert events and events[-1] == "[DONE]", response.text[-300:]
-        for event in events[:-1]:
-            json.loads(event)  # every event is JSON: a chunk, or an error object if the engine failed
+        # Schemathesis stops reading a stream after 20 events (`stream_cut_short`): the events it read must
+        # still be whole, but the end was never read, so it cannot be checked.
+        if not getattr(response, "stream_cut_short", False):
+            if path == "POST /v1/responses":  # Responses streams end with their final event, not [DONE]
+                final = json.loads(events[-1])["type"]
+                assert final in ("response.completed", "response.incomplete", "error")
+                events.append("[DONE]")
+            assert events and events[-1] == "[DONE]", response.text[-300:]
+        for event in events:
+            if event != "[DONE]":
+                json.loads(event)  # every event is JSON: a chunk, or an error object if the engine failed
     elif path == "POST /v1/responses":  # a Response: output items and the prompt's token ids
         answer = json.loads(response.text)
         assert answer["object"] == "response" and answer["output"] and answer["prompt_token_ids"]
