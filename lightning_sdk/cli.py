@@ -8,18 +8,37 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["main"]
+
+if TYPE_CHECKING:
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `lightning-sdk` command."""
-    from lightning_sdk.quickstart import QUICKSTART
-    from lightning_sdk.serving.cli import add_serve_arguments, run_serve
-
     parser = argparse.ArgumentParser(prog="lightning-sdk", description="Train existing AI agents with RL.")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    for add in (_add_quickstart, _add_train, _add_memory, _add_report, _add_serve, _add_runner):
+        add(commands)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("lightning_sdk").setLevel(logging.INFO)  # our progress, not every HTTP request
+    from lightning_sdk.engine.models import ModelNotFoundError  # light: no torch
+
+    try:
+        return int(args.handler(args) or 0)
+    except (OSError, ValueError, TypeError, ImportError, ModelNotFoundError) as error:
+        # OSError covers a missing file and a port already in use: a message, not a traceback.
+        print(f"lightning-sdk {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _add_quickstart(commands: Commands) -> None:
+    from lightning_sdk.quickstart import QUICKSTART
 
     quickstart = commands.add_parser(
         "quickstart",
@@ -35,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     quickstart.add_argument("--run-dir", default=None, help="Run folder (default: runs/<date-time>).")
     quickstart.set_defaults(handler=_run_quickstart)
 
+
+def _add_train(commands: Commands) -> None:
     train = commands.add_parser(
         "train", help="Train an agent: lightning-sdk train module:agent --data tasks.jsonl"
     )
@@ -59,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     train.add_argument("--resume", action="store_true", help="Continue the run in --run-dir.")
     train.set_defaults(handler=_run_train)
 
+
+def _add_memory(commands: Commands) -> None:
     memory = commands.add_parser(
         "memory",
         help="Estimate a training step's memory for a model: lightning-sdk memory --model Qwen/Qwen2.5-3B",
@@ -72,14 +95,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     memory.add_argument("--gpu-memory", type=float, default=None, help="GiB available (default: GPU 0's).")
     memory.set_defaults(handler=_run_memory)
 
+
+def _add_report(commands: Commands) -> None:
     report = commands.add_parser("report", help="Write RUN_DIR/report.html with curves and sample episodes.")
     report.add_argument("run_dir", help="A run folder written by a training run.")
     report.set_defaults(handler=_run_report)
+
+
+def _add_serve(commands: Commands) -> None:
+    from lightning_sdk.serving.cli import add_serve_arguments, run_serve
 
     serve = commands.add_parser("serve", help="Serve a model (and adapter) with an OpenAI-compatible API.")
     add_serve_arguments(serve)
     serve.set_defaults(handler=run_serve)
 
+
+def _add_runner(commands: Commands) -> None:
     runner = commands.add_parser(
         "runner",
         help="Run an agent for a trainer elsewhere: lightning-sdk runner module:agent --trainer URL",
@@ -91,18 +122,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner.add_argument("--name", default=None, help="This runner's name in the trainer's records.")
     runner.add_argument("--episode-timeout", type=float, default=300.0, help="Seconds one episode may run.")
     runner.set_defaults(handler=_run_runner)
-
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("lightning_sdk").setLevel(logging.INFO)  # our progress, not every HTTP request
-    from lightning_sdk.engine.models import ModelNotFoundError  # light: no torch
-
-    try:
-        return int(args.handler(args) or 0)
-    except (OSError, ValueError, TypeError, ImportError, ModelNotFoundError) as error:
-        # OSError covers a missing file and a port already in use: a message, not a traceback.
-        print(f"lightning-sdk {args.command}: {error}", file=sys.stderr)
-        return 2
 
 
 def _run_quickstart(args: argparse.Namespace) -> int:
@@ -164,7 +183,7 @@ def _run_memory(args: argparse.Namespace) -> int:
             )
             memory = estimate_run_memory(run, model_config, on_gpu)
             fits = "" if available is None else ("  fits" if memory.total <= available else "  does not fit")
-            print(f"{tokens:>8} {checkpointing!s:>14} {memory.total / GIB:>10.1f}  {memory.describe()}{fits}")
+            print(f"{tokens:>8} {checkpointing!s:>14}  {memory.describe()}{fits}")
     if available is not None:
         memory = estimate_run_memory(config, model_config, on_gpu)
         print(f"\nthis configuration: {memory.describe()}")

@@ -295,102 +295,129 @@ async def _events(
     """The standard event sequence: created, in_progress, the text message streamed delta by delta
     (when the model answers in text), function calls whole at the end, then completed. `served`, when
     given, is told what the events send."""
-    emit = _EventWriter()
-    token_ids: list[int] = []
-    logprobs: list[float] = []
-
-    def snapshot(output: list[dict[str, Any]], status: str) -> dict[str, Any]:
-        return _response(
-            ids,
-            req,
-            ctx,
-            output,
-            status=status,
-            prompt_token_ids=prepared.prompt,
-            output_tokens=len(token_ids),
-            weight_version=ctx.engine.weight_version,
-        )
-
-    yield emit("response.created", response=snapshot([], "in_progress"))
-    yield emit("response.in_progress", response=snapshot([], "in_progress"))
-    text_filter = prepared.text_filter()
-    message_id, streamed, finish = _Ids.item("msg"), "", None
+    stream = _EventStream(ids, req, ctx, prepared, served)
+    for event in stream.opening():
+        yield event
     try:
         async for delta in deltas:
-            token_ids += delta.token_ids
-            logprobs += delta.logprobs
-            finish = delta.finish_reason or finish
-            piece = text_filter.feed(delta.text) if prepared.tools else delta.text
-            if served is not None:
-                served.add(0, prepared.prompt, text=piece, token_ids=delta.token_ids, logprobs=delta.logprobs)
-            if piece:
-                if not streamed:
-                    for event in _message_opened(emit, message_id):
-                        yield event
-                streamed += piece
-                yield emit(
-                    "response.output_text.delta",
-                    item_id=message_id,
-                    output_index=0,
-                    content_index=0,
-                    delta=piece,
-                    logprobs=[],
-                )
-    except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
-        if served is not None:
-            served.error = str(error)
-        yield emit("error", **error_body(str(error), "server_error", code="engine_error")["error"])
-        return
-    rest, parsed = text_filter.finish() if prepared.tools else ("", ParsedOutput(streamed, []))
-    if served is not None:
-        served.add(
-            0,
-            prepared.prompt,
-            text=rest,
-            tool_calls=parsed.tool_calls,
-            finish_reason=finish_reason(finish, bool(parsed.tool_calls)),
-        )
-        served.usage = usage(len(prepared.prompt), len(token_ids))
-    output: list[dict[str, Any]] = []
-    if streamed or rest or not parsed.tool_calls:
-        if not streamed:
-            for event in _message_opened(emit, message_id):
+            for event in stream.on_delta(delta):
                 yield event
-        if rest:
-            streamed += rest
-            yield emit(
-                "response.output_text.delta",
-                item_id=message_id,
-                output_index=0,
-                content_index=0,
-                delta=rest,
-                logprobs=[],
+    except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
+        yield stream.failed(error)
+        return
+    for event in stream.closing():
+        yield event
+
+
+class _EventStream:
+    """The state of one streamed response, and the events each stage of it sends (see `_events`)."""
+
+    def __init__(
+        self,
+        ids: _Ids,
+        req: ResponsesRequest,
+        ctx: ServingContext,
+        prepared: PreparedChat,
+        served: StreamedCall | None,
+    ) -> None:
+        self.ids, self.req, self.ctx, self.prepared, self.served = ids, req, ctx, prepared, served
+        self.emit = _EventWriter()
+        self.token_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.text_filter = prepared.text_filter()
+        self.message_id = _Ids.item("msg")
+        self.streamed = ""
+        self.finish: str | None = None
+
+    def snapshot(self, output: list[dict[str, Any]], status: str) -> dict[str, Any]:
+        return _response(
+            self.ids,
+            self.req,
+            self.ctx,
+            output,
+            status=status,
+            prompt_token_ids=self.prepared.prompt,
+            output_tokens=len(self.token_ids),
+            weight_version=self.ctx.engine.weight_version,
+        )
+
+    def opening(self) -> list[str]:
+        return [
+            self.emit("response.created", response=self.snapshot([], "in_progress")),
+            self.emit("response.in_progress", response=self.snapshot([], "in_progress")),
+        ]
+
+    def on_delta(self, delta: CompletionDelta) -> list[str]:
+        """Record a delta; the text it adds to the message, as events (the message opens at its first)."""
+        self.token_ids += delta.token_ids
+        self.logprobs += delta.logprobs
+        self.finish = delta.finish_reason or self.finish
+        piece = self.text_filter.feed(delta.text) if self.prepared.tools else delta.text
+        if self.served is not None:
+            self.served.add(
+                0, self.prepared.prompt, text=piece, token_ids=delta.token_ids, logprobs=delta.logprobs
             )
-        for event in _message_closed(emit, message_id, streamed):
-            yield event
-        output.append(_message_item(message_id, streamed))
-    for call in parsed.tool_calls:
+        return self._text(piece) if piece else []
+
+    def failed(self, error: Exception) -> str:
+        if self.served is not None:
+            self.served.error = str(error)
+        return self.emit("error", **error_body(str(error), "server_error", code="engine_error")["error"])
+
+    def closing(self) -> list[str]:
+        """The rest of the text, the function calls, and the final response."""
+        prepared = self.prepared
+        rest, parsed = self.text_filter.finish() if prepared.tools else ("", ParsedOutput(self.streamed, []))
+        if self.served is not None:
+            finish = finish_reason(self.finish, bool(parsed.tool_calls))
+            self.served.add(0, prepared.prompt, text=rest, tool_calls=parsed.tool_calls, finish_reason=finish)
+            self.served.usage = usage(len(prepared.prompt), len(self.token_ids))
+        events: list[str] = []
+        output: list[dict[str, Any]] = []
+        if self.streamed or rest or not parsed.tool_calls:
+            events += self._text(rest) if rest else ([] if self.streamed else self._opened())
+            events += _message_closed(self.emit, self.message_id, self.streamed)
+            output.append(_message_item(self.message_id, self.streamed))
+        for call in parsed.tool_calls:
+            events += self._function_call(call, output)
+        output[0].update(token_ids=self.token_ids, token_logprobs=self.logprobs)
+        status = _status(self.finish)
+        events.append(self.emit(f"response.{status}", response=self.snapshot(output, status)))
+        return events
+
+    def _opened(self) -> list[str]:
+        return _message_opened(self.emit, self.message_id)
+
+    def _text(self, piece: str) -> list[str]:
+        events = [] if self.streamed else self._opened()
+        self.streamed += piece
+        delta = {"item_id": self.message_id, "output_index": 0, "content_index": 0, "delta": piece}
+        return [*events, self.emit("response.output_text.delta", **delta, logprobs=[])]
+
+    def _function_call(self, call: Any, output: list[dict[str, Any]]) -> list[str]:
         item = _function_call_item(_Ids.item("fc"), call)
         index = len(output)
-        yield emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress"})
-        yield emit(
-            "response.function_call_arguments.delta",
-            item_id=item["id"],
-            output_index=index,
-            delta=item["arguments"],
-        )
-        yield emit(
-            "response.function_call_arguments.done",
-            item_id=item["id"],
-            output_index=index,
-            arguments=item["arguments"],
-            name=item["name"],
-        )
-        yield emit("response.output_item.done", output_index=index, item=item)
         output.append(item)
-    output[0].update(token_ids=token_ids, token_logprobs=logprobs)
-    status = _status(finish)
-    yield emit(f"response.{status}", response=snapshot(output, status))
+        arguments, name = item["arguments"], item["name"]
+        return [
+            self.emit(
+                "response.output_item.added", output_index=index, item={**item, "status": "in_progress"}
+            ),
+            self.emit(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=index,
+                delta=arguments,
+            ),
+            self.emit(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=arguments,
+                name=name,
+            ),
+            self.emit("response.output_item.done", output_index=index, item=item),
+        ]
 
 
 def _message_opened(emit: _EventWriter, message_id: str) -> list[str]:
