@@ -243,7 +243,9 @@ def _load_object(spec: str) -> Any:
 
 
 def _read_jsonl(path: str) -> list[Any]:
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    # Lines end at "\n" only: str.splitlines() would also split a task whose text holds U+2028 or U+0085,
+    # which JSON writers leave as they are.
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
     return [json.loads(line) for line in lines if line.strip()]
 
 

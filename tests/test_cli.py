@@ -178,3 +178,12 @@ def test_quickstart_trains_the_calculator_agent_and_reports(
     _print_quickstart_summary(summary)
     printed = capsys.readouterr().out
     assert f"base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}" in printed
+
+
+def test_task_files_keep_tasks_whose_text_holds_unicode_line_separators(tmp_path) -> None:
+    from lightning_sdk.cli import _read_jsonl
+
+    tasks = [{"question": "first\u2028line\x85two"}, {"question": "plain"}]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(task, ensure_ascii=False) + "\n" for task in tasks), encoding="utf-8")
+    assert _read_jsonl(str(path)) == tasks

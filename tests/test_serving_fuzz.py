@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,7 +101,9 @@ def check_answer(response: Any, path: str) -> None:
         assert isinstance(error["type"], str)
         return
     if content_type.startswith("text/event-stream"):
-        lines = response.text.splitlines()
+        # SSE lines end at CR, LF or CRLF only: str.splitlines() would also split an event whose text holds
+        # U+2028 or U+0085, which JSON leaves as they are (the model samples such characters now and then).
+        lines = re.split(r"\r\n|\r|\n", response.text)
         events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
         # Schemathesis stops reading a stream after 20 events (`stream_cut_short`): the events it read must
         # still be whole, but the end was never read, so it cannot be checked.

@@ -52,7 +52,7 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").split("\n"):  # not splitlines(): see cli._read_jsonl
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
