@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.training.session import _check_lora_rank_fits_vllm
+from lightning_sdk.training.startup import check_lora_rank_fits_vllm
 
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm/config/lora.py MaxLoRARanks (0.32)
 
 
 def test_a_rank_above_the_engine_limit_is_refused_with_both_fixes() -> None:
     with pytest.raises(ValueError) as refused:
-        _check_lora_rank_fits_vllm(96, {}, on_gpu=True, allowed_ranks=VLLM_RANKS)
+        check_lora_rank_fits_vllm(96, {}, on_gpu=True, allowed_ranks=VLLM_RANKS)
     message = str(refused.value)
     assert "lora_rank=96" in message and "max_lora_rank=64" in message  # the engine's default limit
     assert "TrainerConfig(lora_rank=...) to 64 or less" in message
@@ -33,19 +33,19 @@ def test_a_rank_above_the_engine_limit_is_refused_with_both_fixes() -> None:
     ],
 )
 def test_ranks_the_engine_can_take_pass(lora_rank: int, options: dict, on_gpu: bool) -> None:
-    _check_lora_rank_fits_vllm(lora_rank, options, on_gpu=on_gpu, allowed_ranks=VLLM_RANKS)
+    check_lora_rank_fits_vllm(lora_rank, options, on_gpu=on_gpu, allowed_ranks=VLLM_RANKS)
 
 
 def test_hot_loading_on_a_cpu_is_checked_too() -> None:
     with pytest.raises(ValueError, match="max_lora_rank=32"):
-        _check_lora_rank_fits_vllm(
+        check_lora_rank_fits_vllm(
             48, {"weight_sync": "lora", "max_lora_rank": 32}, on_gpu=False, allowed_ranks=VLLM_RANKS
         )
 
 
 def test_a_rank_above_everything_vllm_takes_only_suggests_lowering_it() -> None:
     with pytest.raises(ValueError) as refused:
-        _check_lora_rank_fits_vllm(1024, {}, on_gpu=True, allowed_ranks=VLLM_RANKS)
+        check_lora_rank_fits_vllm(1024, {}, on_gpu=True, allowed_ranks=VLLM_RANKS)
     assert "largest max_lora_rank is 512" in str(refused.value)
     assert "engine_options" not in str(refused.value)
 
