@@ -102,3 +102,23 @@ def test_the_queue_grants_the_wire_lease_and_the_runner_reads_it_back() -> None:
     assert read == granted and read.renew_within_s == 7 and read.policy_version == 4
     # A newer trainer may send more: an older runner reads what it knows.
     assert LeasedRollout.model_validate({**granted.model_dump(), "priority": 3}) == granted
+
+
+def test_a_lease_carries_the_run_s_roles_and_the_runner_routes_by_them() -> None:
+    from lightning_sdk.rollouts.runner.worker import _router
+    from lightning_sdk.tracing.routing import Roles
+
+    queue = RolloutQueue(lease_timeout_s=7)
+    queue.submit([RolloutSpec("r0", {"question": "2 + 2?"})])
+    lease = queue.lease("runner-a")
+    assert lease is not None
+    roles = Roles(("writer", "checker"), "shared")
+    granted = GrantedLease.of(lease, "http://10.0.0.5:8123", {"judge": "keep", ".*": "policy"}, roles)
+    read = LeasedRollout.model_validate_json(granted.model_dump_json())
+    assert read.roles is not None and read.roles.roles() == roles
+    router = _router(read, "sk-run")
+    assert router is not None
+    assert router.route("gpt-4o", "writer") == ("policy", "writer")
+    assert router.route("gpt-4o", "planner") == ("policy", "shared")
+    assert router.route("judge", "writer") == ("keep", None)
+    assert GrantedLease.of(lease, "http://10.0.0.5:8123").roles is None  # a run without roles

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.tracing.routing import Router, compile_routes, routing
+from lightning_sdk.tracing.routing import ROLE_HEADER, Roles, Router, compile_routes, routing
 from tests.fixtures.openai_server import OpenAITestServer
 
 RUN_KEY = "sk-run-key"
@@ -158,6 +158,67 @@ def test_agent_keys_select_calls_by_the_agent_that_made_them(policy_server: Open
     )
     assert router.target("gpt-4o", "planner") == "keep"
     assert router.target("gpt-4o", "coder") == "policy"
+
+
+def test_with_roles_each_call_names_its_role_s_adapter_to_the_endpoint(
+    openai_server: OpenAITestServer, policy_server: OpenAITestServer, hosted_client: openai.OpenAI
+) -> None:
+    roles = Roles(("writer", "checker"))
+    routes = compile_routes({"judge": "checker", ".*": "policy"}, roles)
+    inside = openai.OpenAI(base_url=policy_server.base_url, api_key=RUN_KEY, max_retries=0)
+
+    @ls.trace_agent(name="writer")
+    def writer(task: str) -> str:
+        return chat(hosted_client) + chat(inside)  # an import-time client, and one already pointed at us
+
+    @ls.trace_agent(name="pair")
+    def pair(task: str) -> None:
+        writer(task)
+        chat(hosted_client, model="judge")  # the map names the checker's adapter for the judge's calls
+        chat(hosted_client)  # the pair has no role: the base model answers
+
+    with ls.capture() as episodes, routing(Router(policy_server.base_url, RUN_KEY, routes, roles)):
+        pair("hello")
+    inside.close()
+    assert openai_server.requests == []
+    sent = [headers.get(ROLE_HEADER) for headers in policy_server.headers_seen]
+    assert sent == ["writer", "writer", "checker", None]
+    assert [call.adapter for call in episodes[0].all_calls()] == sent  # recorded as the endpoint was told
+    assert [r["model"] for r in policy_server.requests] == ["gpt-4o-mini"] * 2 + ["judge", "gpt-4o-mini"]
+
+
+def test_the_shared_adapter_answers_agents_without_a_role() -> None:
+    router = Router("http://127.0.0.1:1/v1", RUN_KEY, compile_routes(None), Roles(("writer",), "shared"))
+    assert router.route("any", "writer") == ("policy", "writer")
+    assert router.route("any", "planner") == ("policy", "shared")
+    assert router.route("any", None) == ("policy", "shared")
+
+
+@pytest.mark.parametrize(
+    ("roles", "message"),
+    [
+        (["writer", "a b"], r"role name 'a b' must be letters, digits.*routes=\{'agent:a b': 'writer'\}"),
+        (["shared"], r"role name 'shared' is reserved"),
+        (["writer", "writer"], r"names a role twice"),
+        ([], r"names no role"),
+        ("writer", r"must be a list of role names"),
+    ],
+)
+def test_bad_roles_are_refused_with_the_fix(roles: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ls.TrainerConfig(roles=roles)
+
+
+def test_roles_and_their_settings_are_checked_together() -> None:
+    with pytest.raises(ValueError, match=r"weight_sync='merge' cannot serve roles their own adapters"):
+        ls.TrainerConfig(roles=["writer"], weight_sync="merge")
+    with pytest.raises(ValueError, match=r"routes\['gpt-4o'\] = 'checker': the target must be one of"):
+        ls.TrainerConfig(roles=["writer"], routes={"gpt-4o": "checker"})
+    with pytest.raises(ValueError, match=r"routes\['gpt-4o'\] = 'writer'"):
+        ls.TrainerConfig(routes={"gpt-4o": "writer"})  # a role target needs the role
+    config = ls.TrainerConfig(roles=["writer"], other_agents="shared", routes={"gpt-4o": "shared"})
+    assert config.role_adapters() == Roles(("writer",), "shared")
+    assert config.to_dict()["roles"] == ["writer"]
 
 
 @pytest.mark.parametrize(

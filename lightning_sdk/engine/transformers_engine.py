@@ -78,6 +78,7 @@ class TransformersEngine(EngineBase):
         self.max_batch_size = max_batch_size
         self.max_n = max_n
         self.structured_outputs = False  # no grammar-constrained decoding here; vLLM has it
+        self.max_adapters = 0  # one set of weights: adapters are merged in, so roles cannot differ
         self._eos_ids = _eos_ids(self._model, self._tokenizer)
         self._pad_id = self._tokenizer.pad_token_id if self._tokenizer.pad_token_id is not None else 0
         self._seeds = torch.Generator().manual_seed(seed)
@@ -105,8 +106,14 @@ class TransformersEngine(EngineBase):
         return stream, self._version
 
     # -- new weights ---------------------------------------------------------------------------------------
-    def load_adapter(self, path: str | Path | None, version: WeightVersion) -> None:
-        """Serve the peft LoRA adapter in `path` (merged into the weights), or the base weights for `None`."""
+    def load_adapter(self, path: str | Path | None, version: WeightVersion, role: str | None = None) -> None:
+        """Serve the peft LoRA adapter in `path` (merged into the weights), or the base weights for `None`.
+        Role adapters need the vLLM engine (`max_adapters` is 0 here)."""
+        if role is not None:
+            raise ValueError(
+                f"The transformers engine serves one set of weights and cannot serve role {role!r} its own "
+                "adapter; use engine='vllm' (TrainerConfig(roles=...) needs it)."
+            )
         base = self._base()
         served = self._model.dtype  # merged in the model's dtype, not the (narrower) stored one
         self.update_weights(base if path is None else merge_lora_adapter(base, path, served), version)

@@ -95,6 +95,10 @@ class SamplingParams:
     """Constrain the completion to a JSON object (any object)."""
     grammar: str | None = None
     """Constrain the completion to this grammar (the Lark dialect of llguidance); strict tool calls use it."""
+    adapter: str | None = None
+    """The LoRA adapter that answers, by the role name it was loaded under (`Engine.load_adapter(...,
+    role=...)`); a role whose adapter is not loaded yet is answered by the base weights (a fresh adapter
+    changes nothing). `None`: the engine's default adapter, as loaded without a role."""
     max_n: int = field(default=16, repr=False, compare=False)
     """Upper bound for `n` (a server setting, not a request field)."""
 
@@ -149,6 +153,12 @@ class SamplingParams:
             "grammar",
             self.grammar,
             "a non-empty grammar",
+        )
+        _check(
+            self.adapter is None or (isinstance(self.adapter, str) and bool(self.adapter)),
+            "adapter",
+            self.adapter,
+            "null or a role name",
         )
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
@@ -281,6 +291,8 @@ class Engine(Protocol):
     """Largest `n` (completions per prompt) a request may ask for."""
     structured_outputs: bool
     """Whether the engine can constrain decoding to JSON (`SamplingParams.json_schema`/`json_object`)."""
+    max_adapters: int
+    """Most role adapters served at once (`load_adapter(..., role=...)`); 0 where roles are not served."""
 
     @property
     def tokenizer(self) -> Any:
@@ -303,8 +315,9 @@ class Engine(Protocol):
     ) -> AsyncIterator[CompletionDelta]:
         """Stream the completions of one prompt as they are sampled."""
 
-    def load_adapter(self, path: str | Path | None, version: WeightVersion) -> None:
-        """Serve a peft LoRA adapter folder from now on (`None`: back to the base weights)."""
+    def load_adapter(self, path: str | Path | None, version: WeightVersion, role: str | None = None) -> None:
+        """Serve a peft LoRA adapter folder from now on (`None`: back to the base weights); with `role`, the
+        adapter of that role, which answers the requests that name it (`SamplingParams.adapter`)."""
 
     def update_weights(
         self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: WeightVersion

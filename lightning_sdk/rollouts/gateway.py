@@ -118,6 +118,7 @@ def calls_from_served(template: LLMCall, served: ServedCall) -> list[LLMCall]:
         call.logprobs = list(choice.logprobs) or None
         call.latency_s = time.time() - template.started_at
         call.error = served.error
+        call.adapter = served.adapter
         if not served.complete:
             call.metadata["stream_closed_early"] = True
         calls.append(call)

@@ -25,6 +25,7 @@ from lightning_sdk.rollouts.in_process import Rollout, score_with_reward_fn
 from lightning_sdk.rollouts.queue import Outcome, RolloutQueue, RolloutSpec
 from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses, Runners
 from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.tracing.routing import Roles
 from lightning_sdk.tracing.urls import same_endpoint
 
 if TYPE_CHECKING:
@@ -40,16 +41,19 @@ _LOOPBACK = ("127.0.0.1", "localhost")
 
 
 def runner_protocol(
-    runners: Runners, episode_timeout_s: float, routes: Mapping[str, str] | None = None
+    runners: Runners,
+    episode_timeout_s: float,
+    routes: Mapping[str, str] | None = None,
+    roles: Roles | None = None,
 ) -> tuple[RolloutQueue, RouteInstaller]:
     """The queue runners lease from, and the installer of its routes on the trainer's server (which hand
-    the run's routing map to runners with every lease)."""
+    the run's routing map and roles to runners with every lease)."""
     from lightning_sdk.rollouts.routes import install_rollout_routes
 
     queue = RolloutQueue(runners.lease_timeout_s, episode_timeout_s, runners.max_attempts)
 
     def install(app: Any, authorize: Callable[..., None]) -> None:
-        install_rollout_routes(app, authorize, queue, routes=routes)
+        install_rollout_routes(app, authorize, queue, routes=routes, roles=roles)
 
     return queue, install
 

@@ -59,6 +59,7 @@ from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.openai_api import API_PATHS, OpenAIAPI, openai_api
 from lightning_sdk.serving.passthrough import PASSTHROUGH_METHODS
 from lightning_sdk.serving.served import ApiKind
+from lightning_sdk.tracing.routing import ROLE_HEADER, Roles
 
 __all__ = [
     "MAX_EPISODE_BYTES",
@@ -84,6 +85,7 @@ def install_rollout_routes(
     queue: RolloutQueue,
     max_episode_bytes: int = MAX_EPISODE_BYTES,
     routes: Mapping[str, str] | None = None,
+    roles: Roles | None = None,
 ) -> None:
     """Mount the runner protocol's routers on `app` (built by `create_app`) behind its key:
     `authorize(request)` raises for a wrong or missing one. `routes` (the run's routing map) goes to
@@ -94,7 +96,8 @@ def install_rollout_routes(
 
     recorder = GatewayRecorder(queue)
     behind_key = [Depends(key)]
-    app.include_router(rollouts_router(queue, recorder, max_episode_bytes, routes), dependencies=behind_key)
+    rollouts = rollouts_router(queue, recorder, max_episode_bytes, routes, roles)
+    app.include_router(rollouts, dependencies=behind_key)
     app.include_router(gateway_router(openai_api(app), queue, recorder), dependencies=behind_key)
 
 
@@ -103,6 +106,7 @@ def rollouts_router(
     recorder: GatewayRecorder,
     max_episode_bytes: int = MAX_EPISODE_BYTES,
     routes: Mapping[str, str] | None = None,
+    roles: Roles | None = None,
 ) -> APIRouter:
     """`/v1/rollouts`: leases, renewals, uploads, rewards and the queue's state (mount it behind the key)."""
     router = APIRouter(prefix="/v1/rollouts")
@@ -119,7 +123,7 @@ def rollouts_router(
         if granted is None:
             _refuse_when_over(queue)  # the queue closed during the long poll
             return Response(status_code=204)
-        return GrantedLease.of(granted, _server_root(request), routes)
+        return GrantedLease.of(granted, _server_root(request), routes, roles)
 
     @router.post("/{rollout_id}/renew", dependencies=running)
     async def renew(rollout_id: str, request: Request) -> RenewReply:
@@ -180,7 +184,8 @@ def _recorded(api: OpenAIAPI, recorder: GatewayRecorder, kind: ApiKind) -> Calla
     async def serve(rollout_id: str, lease_id: str, request: Request) -> Any:
         body = await _read_object(request, MAX_EPISODE_BYTES)
         base_url = _gateway_url(request, rollout_id, lease_id)
-        return await api.serve(kind, body, recorder.recording(rollout_id, lease_id, kind, body, base_url))
+        observe = recorder.recording(rollout_id, lease_id, kind, body, base_url)
+        return await api.serve(kind, body, observe, role=request.headers.get(ROLE_HEADER))
 
     return serve
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.tracing.routing import Roles
 
 __all__ = [
     "GATEWAY_PATH",
@@ -34,6 +35,7 @@ __all__ = [
     "RenewRequest",
     "RewardReport",
     "RewardStored",
+    "RoleAdapters",
     "WireBody",
     "WireReply",
     "explain",
@@ -95,6 +97,23 @@ class Lease(WireReply):
     """The runner must renew (heartbeat) or upload within this many seconds, or lose the lease."""
 
 
+class RoleAdapters(WireReply):
+    """The run's roles with adapters of their own (`TrainerConfig.roles`), as a lease carries them."""
+
+    names: list[str]
+    """Role names: an agent of the same name is answered by its adapter."""
+    others: str | None = None
+    """The adapter of every other agent's calls: None for the base model, or `"shared"`."""
+
+    @classmethod
+    def of(cls, roles: Roles | None) -> RoleAdapters | None:
+        return cls(names=list(roles.names), others=roles.others) if roles is not None else None
+
+    def roles(self) -> Roles:
+        """As the router takes them (a `ValueError` for names this version does not accept)."""
+        return Roles(tuple(self.names), self.others)
+
+
 class GrantedLease(Lease):
     """A lease as the lease route sends it: the lease, and where to send the agent's LLM calls."""
 
@@ -107,16 +126,26 @@ class GrantedLease(Lease):
     routes: dict[str, str] | None = None
     """The run's routing map (`TrainerConfig.routes`): which of the agent's model calls the runner sends to
     `base_url`, whatever client makes them (`None`: every chat, completion and responses call)."""
+    roles: RoleAdapters | None = None
+    """The run's roles with adapters of their own (`TrainerConfig.roles`): the runner tells the endpoint
+    which role's adapter answers each call, as the trainer's own process does (`None`: one adapter)."""
 
     @classmethod
-    def of(cls, lease: Lease, server_root: str, routes: Mapping[str, str] | None = None) -> GrantedLease:
+    def of(
+        cls,
+        lease: Lease,
+        server_root: str,
+        routes: Mapping[str, str] | None = None,
+        roles: Roles | None = None,
+    ) -> GrantedLease:
         """`lease` with the URLs of the server at `server_root` (`http://host:port`, as the client reached
-        it) and the run's routing map."""
+        it), the run's routing map and its roles."""
         return cls(
             **lease.model_dump(),
             base_url=f"{server_root}/v1",
             gateway_base_url=server_root + GATEWAY_PATH.format(**lease.model_dump()),
             routes=dict(routes) if routes is not None else None,
+            roles=RoleAdapters.of(roles),
         )
 
 

@@ -50,6 +50,7 @@ def create_app(
     upstream: Upstream | None = None,
     upstream_setting: str = SERVE_UPSTREAM_SETTING,
     tool_parser: str = HERMES,
+    roles: Sequence[str] = (),
 ) -> FastAPI:
     """Build the app. `api_key=None` turns authentication off (for trusted local use only).
 
@@ -58,7 +59,9 @@ def create_app(
     OpenAI API with `openai_api(app)` (`lightning_sdk.serving.openai_api`). Other `/v1/...`
     requests go to `upstream` (`lightning_sdk.serving.passthrough`), or get a 404 that ends with
     `upstream_setting`: how the owner names an upstream. `tool_parser` names the tool-call format the
-    model writes (`lightning_sdk.serving.tool_parsers`).
+    model writes (`lightning_sdk.serving.tool_parsers`). `roles`: the roles whose adapters the engine
+    serves (`Engine.load_adapter(..., role=...)`); a request picks one with `model="<role>"` or the
+    `x-lightning-role` header.
     """
     ctx = ServingContext(
         engine,
@@ -67,6 +70,7 @@ def create_app(
         default_max_tokens,
         sampling_policy or SamplingPolicy(),
         _tool_parser(tool_parser, engine.tokenizer),
+        roles=set(roles),
     )
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
     forward = passthrough_handler(ctx.authorize, upstream, upstream_setting)

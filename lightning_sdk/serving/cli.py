@@ -15,7 +15,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="Hugging Face model folder or Hub id (default: the bundled SmolLM2-135M-Instruct).",
     )
     parser.add_argument(
-        "--adapter", default=None, help="peft LoRA adapter folder to serve on top of the model."
+        "--adapter",
+        default=None,
+        help="peft LoRA adapter folder to serve on top of the model, or a run's folder of role adapters "
+        "(each answers requests with model=<role>).",
     )
     parser.add_argument(
         "--engine",
@@ -71,6 +74,9 @@ def run_serve(args: argparse.Namespace) -> int:
     print(f"Serving {endpoint.model} at {endpoint.base_url}  (Ctrl+C to stop)")
     print(f"  export OPENAI_BASE_URL={endpoint.base_url}")
     print(f"  export OPENAI_API_KEY={endpoint.api_key}")
+    roles = getattr(handle.engine, "roles", ())
+    if roles:
+        print(f'Role adapters: {", ".join(roles)} (ask for one with model="<role>")')
     if args.upstream:
         print(f"Other /v1 requests (embeddings, ...) pass through to {args.upstream}")
     handle.wait()

@@ -32,6 +32,7 @@ from lightning_sdk.serving.schemas import (
 from lightning_sdk.serving.tool_calls import ParsedOutput, ToolTextFilter, validate_tools
 from lightning_sdk.serving.tool_grammar import tool_grammar
 from lightning_sdk.serving.tool_parsers import HERMES, HermesParser, ToolCallParser
+from lightning_sdk.tracing.routing import ROLE_HEADER
 
 __all__ = ["MODEL_ALIASES", "PreparedChat", "ServingContext", "run_engine"]
 
@@ -75,6 +76,28 @@ class ServingContext:
     default_max_tokens: int | None = None
     policy: SamplingPolicy = field(default_factory=SamplingPolicy)
     tool_parser: ToolCallParser = field(default_factory=HermesParser)
+    roles: set[str] = field(default_factory=set)
+    """Roles with an adapter of their own on this server: a request names one in the `ROLE_HEADER`
+    header or as its `model`. Shared by the per-request copies (`for_request`), so an owner may add to it."""
+    adapter: str | None = None
+    """The role whose adapter answers the request at hand (set on a per-request copy)."""
+
+    def for_request(self, role_header: str | None, body: Any) -> ServingContext:
+        """The context for one request: this one, or a copy that names the role whose adapter answers it
+        (the role header, else a `model` that is a role's name); a role this server lacks is a 400."""
+        if role_header is not None:
+            if role_header not in self.roles:
+                served = ", ".join(sorted(self.roles)) or "none"
+                raise APIError.bad_request(
+                    f"Role {role_header!r} (header {ROLE_HEADER}) has no adapter on this server; its roles "
+                    f"are: {served}.",
+                    code="role_not_found",
+                )
+            return dataclasses.replace(self, adapter=role_header)
+        model = body.get("model") if isinstance(body, dict) else None
+        if isinstance(model, str) and model in self.roles:
+            return dataclasses.replace(self, adapter=model)
+        return self
 
     @property
     def tokenizer(self) -> Any:
@@ -103,6 +126,7 @@ class ServingContext:
         if (
             parsed.model != self.served
             and parsed.model not in MODEL_ALIASES
+            and parsed.model not in self.roles
             and not self.policy.accept_any_model
         ):
             raise APIError.model_not_found(parsed.model, self.served)
@@ -116,6 +140,8 @@ class ServingContext:
         if asked is None and self.default_max_tokens is not None:
             max_tokens = min(max_tokens, self.default_max_tokens)
         params = self.policy.apply(sampling_params(request, max_tokens, top, getattr(engine, "max_n", 16)))
+        if self.adapter is not None:
+            params = dataclasses.replace(params, adapter=self.adapter)
         try:
             check_prompt_fits(prompt_len, params.max_tokens, engine.max_model_len)
         except PromptTooLongError as error:

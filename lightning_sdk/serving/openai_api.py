@@ -10,6 +10,7 @@ finds it for the app's route installers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ from lightning_sdk.serving.streaming import (
     first_and_rest,
     merged_streams,
 )
+from lightning_sdk.tracing.routing import ROLE_HEADER
 
 __all__ = ["API_PATHS", "OpenAIAPI", "install_openai_routes", "openai_api"]
 
@@ -58,13 +60,19 @@ class OpenAIAPI:
         self.ctx = ctx
         self._forward = forward
 
-    async def serve(self, kind: ApiKind, body: Any, observe: ServedObserver | None = None) -> Any:
+    async def serve(
+        self, kind: ApiKind, body: Any, observe: ServedObserver | None = None, role: str | None = None
+    ) -> Any:
         """The answer to `body` (a JSON value) as `/v1` gives it: a JSON-ready dict, or a streaming response.
-        `observe`, when given, is called once with what was served (for a stream, when it ends)."""
-        return await _SERVE[kind](self.ctx, body, observe)
+        `observe`, when given, is called once with what was served (for a stream, when it ends). `role`: the
+        request's role header (`lightning_sdk.tracing.routing.ROLE_HEADER`), whose adapter answers."""
+        ctx = self.ctx.for_request(role, body)
+        if ctx.adapter is not None and observe is not None:
+            observe = _with_adapter(observe, ctx.adapter)
+        return await _SERVE[kind](ctx, body, observe)
 
     def models(self) -> dict[str, Any]:
-        """`GET /v1/models`: the one model served."""
+        """`GET /v1/models`: the model served, and each role with an adapter of its own."""
         ctx = self.ctx
         entry = {
             "id": ctx.served,
@@ -74,7 +82,8 @@ class OpenAIAPI:
             "max_model_len": ctx.engine.max_model_len,
             "weight_version": ctx.engine.weight_version,
         }
-        return {"object": "list", "data": [entry]}
+        roles = [{**entry, "id": role, "parent": ctx.served} for role in sorted(ctx.roles)]
+        return {"object": "list", "data": [entry, *roles]}
 
     async def pass_through(self, request: Request, path: str) -> Any:
         """Any other `/v1/<path>` request: to the upstream API, or a 404 that says how to name one."""
@@ -108,9 +117,16 @@ def install_openai_routes(app: FastAPI, api: OpenAIAPI) -> None:
 
 def _route(api: OpenAIAPI, kind: ApiKind) -> Callable[[Request], Awaitable[Any]]:
     async def route(request: Request) -> Any:
-        return await api.serve(kind, await api.ctx.read_json(request))
+        return await api.serve(kind, await api.ctx.read_json(request), role=request.headers.get(ROLE_HEADER))
 
     return route
+
+
+def _with_adapter(observe: ServedObserver, adapter: str) -> ServedObserver:
+    def observed(served: ServedCall) -> None:
+        observe(dataclasses.replace(served, adapter=adapter))
+
+    return observed
 
 
 # --- chat completions ---------------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ class ServedCall:
     complete: bool = True
     """False when the client stopped reading a stream before its end."""
     error: str | None = None
+    adapter: str | None = None
+    """The role whose adapter answered (None: the default adapter, or the base model when roles have
+    adapters); set by `OpenAIAPI.serve`."""
     """The error sent in-band when the engine failed during a stream."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from lightning_sdk.engine.adapter_folders import role_adapter_names
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.endpoint import LLMEndpoint
 from lightning_sdk.serving.policy import SamplingPolicy
@@ -80,6 +81,7 @@ def start_server(
     upstream: Upstream | None = None,
     upstream_setting: str | None = None,
     tool_parser: str = "hermes",
+    roles: Sequence[str] = (),
 ) -> ServerHandle:
     """Serve an existing engine in a background thread and return once it accepts connections.
 
@@ -101,6 +103,8 @@ def start_server(
         upstream_setting: How the caller names an upstream (default: `serve(upstream=...)` and `--upstream`).
         tool_parser: The tool-call format the model writes: `"hermes"` (default) or a vLLM parser name
             (`lightning_sdk.serving.tool_parsers`).
+        roles: Roles whose adapters the engine serves (`Engine.load_adapter(..., role=...)`): a request
+            picks one with `model="<role>"` (or the `x-lightning-role` header our recording side sends).
     """
     import uvicorn
 
@@ -118,6 +122,7 @@ def start_server(
         upstream=upstream,
         upstream_setting=upstream_setting or SERVE_UPSTREAM_SETTING,
         tool_parser=tool_parser,
+        roles=roles,
     )
     sock = _listening_socket(host, port)
     config = uvicorn.Config(
@@ -172,7 +177,9 @@ def serve(
 
     Args:
         model: `None` (bundled SmolLM2-135M-Instruct), a local Hugging Face folder or a Hub id.
-        adapter: A peft LoRA adapter folder (e.g. a training checkpoint) to serve on top of the model.
+        adapter: A peft LoRA adapter folder (e.g. a training checkpoint) to serve on top of the model, or a
+            folder of role adapters (a run with `TrainerConfig(roles=...)`): each role's adapter answers
+            the requests with `model="<role>"`, the model's own name gets the base model.
         engine: "auto" (vLLM when installed), "vllm" or "transformers".
         host: Interface to listen on.
         port: Port; 0 picks a free one.
@@ -196,9 +203,21 @@ def serve(
         upstream = Upstream(upstream.rstrip("/"), os.environ.get("OPENAI_API_KEY"))
     if port:  # a taken port should fail now, not after the model has loaded
         _listening_socket(host, port).close()
+    roles = role_adapter_names(adapter) if adapter is not None else []
+    if roles:  # a folder of role adapters (a run with TrainerConfig(roles=...)): each served at once
+        if engine == "transformers":
+            raise ValueError(
+                f"{adapter} holds one adapter per role ({', '.join(roles)}); serving them needs the vLLM "
+                "engine (engine='vllm' or 'auto' with vLLM installed)."
+            )
+        engine_options.setdefault("weight_sync", "lora")
+        engine_options.setdefault("max_adapters", len(roles))
     built = create_engine(model, engine=engine, **engine_options)
     try:
-        if adapter is not None:
+        if adapter is not None and roles:
+            for role in roles:
+                built.load_adapter(Path(adapter) / role, version=Path(adapter).name, role=role)
+        elif adapter is not None:
             built.load_adapter(adapter, version=Path(adapter).name)
         handle = start_server(
             built,
@@ -209,6 +228,7 @@ def serve(
             default_max_tokens=default_max_tokens,
             upstream=upstream,
             tool_parser=tool_parser,
+            roles=roles,
         )
     except BaseException:
         built.shutdown()

@@ -53,6 +53,9 @@ class LLMCall:
     """The model name the request asked for."""
     base_url: str | None = None
     """The endpoint the call went to; the trainer trains only calls to its own endpoint."""
+    adapter: str | None = None
+    """The role whose LoRA adapter answered the call on the trainer's endpoint, when roles have their own
+    adapters (`TrainerConfig.roles`); None: the one adapter of a run without roles, or the base model."""
     messages: list[dict[str, Any]] | None = None
     """Request messages of a chat call, as sent."""
     prompt: str | None = None

@@ -213,12 +213,13 @@ def _start(
             return args, kwargs, None
         base_url = _base_url_text(client)
         attributes = current_call_attributes()
+        adapter = None
         if router is not None:
             agent = attributes.get("agent_name") or (episode.name if episode is not None else None)
-            base_url = route_options(router, client, options, kind, base_url, agent)[1]
+            _, base_url, adapter = route_options(router, client, options, kind, base_url, agent)
         if episode is None:
             return args, kwargs, None
-        return args, kwargs, _Recording(kind, options, base_url, episode, attributes)
+        return args, kwargs, _Recording(kind, options, base_url, episode, attributes, adapter)
     return args, kwargs, None
 
 
@@ -226,7 +227,13 @@ class _Recording:
     """One request's recording: the episode and attributes captured at its start, and its outcome."""
 
     def __init__(
-        self, kind: str, options: Any, base_url: str, episode: Episode, attributes: dict[str, Any]
+        self,
+        kind: str,
+        options: Any,
+        base_url: str,
+        episode: Episode,
+        attributes: dict[str, Any],
+        adapter: str | None = None,
     ) -> None:
         body = dict(options.json_data or {})
         body.update(getattr(options, "extra_json", None) or {})  # extra_body= values are sent too
@@ -237,6 +244,7 @@ class _Recording:
             self.template = responses_request_record(body, base_url, time.time())
         else:
             self.template = request_record(kind, body, base_url, time.time())
+        self.template.adapter = adapter
         self.recorded = False
         self.parsed = False
 

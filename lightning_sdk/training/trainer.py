@@ -140,7 +140,8 @@ class Trainer:
         Args:
             path: the folder to write.
             adapter: the adapter to merge; default: the final adapter of the last `fit` (or the newest
-                checkpoint of `config.run_dir`).
+                checkpoint of `config.run_dir`). A folder of role adapters (`TrainerConfig(roles=...)`)
+                gives one merged model per role, in `path/<role>`.
         """
         from lightning_sdk.training.update.export import export_merged_model_folder
 

@@ -178,7 +178,8 @@ def _router(lease: GrantedLease, api_key: str) -> Router | None:
     """Sends the agent's model calls to the trainer's endpoint, as in the trainer's own process: a client
     the agent built at import time, pointed elsewhere, trains too."""
     try:
-        return Router(lease.base_url, api_key, compile_routes(lease.routes))
+        roles = lease.roles.roles() if lease.roles is not None else None
+        return Router(lease.base_url, api_key, compile_routes(lease.routes, roles), roles)
     except ValueError as error:  # the trainer checked the map; a newer trainer's may not parse here
         log.error(
             "rollout %s: the trainer's routes cannot be used (%s); calls are not redirected",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, get_args
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
@@ -155,6 +155,7 @@ def _untrained_reason(
     agent_matches: Callable[[str], bool],
     endpoint: str | None,
     model: str | None,
+    adapters: Collection[str] | None,
 ) -> str | None:
     if call.error is not None:
         return "failed"
@@ -167,6 +168,8 @@ def _untrained_reason(
         return "other_model"
     if not agent_matches(call_agent_name(call, owner)):
         return "other_agent"
+    if adapters is not None and call.adapter not in adapters:
+        return "base_model"  # answered by the base model (roles have adapters, this call's agent none)
     if not call.completion_token_ids:
         return "empty_completion"
     return None
@@ -177,6 +180,7 @@ def select_trainable_calls(
     train_agents: AgentFilter = None,
     endpoint_base_url: str | None = None,
     model: str | None = None,
+    adapters: Collection[str] | None = None,
 ) -> list[LLMCall]:
     """The calls of an episode (sub-agents included, in start order) that the trainer trains.
 
@@ -184,13 +188,14 @@ def select_trainable_calls(
     completion is not empty, it went to `endpoint_base_url` (by `same_endpoint`; a call
     with no recorded `base_url` is not kept), it asked for
     `model` (when both are known), and its agent (its `agent_name`, else the name of the episode that
-    made it) passes `train_agents`. `None` for a filter means no filtering on it.
+    made it) passes `train_agents`, and, when roles have adapters (`adapters`: their names), one of them
+    answered it. `None` for a filter means no filtering on it.
     """
     matcher = _agent_matcher(train_agents)
     return [
         call
         for call, owner in _calls_with_owner(episode)
-        if _untrained_reason(call, owner, matcher, endpoint_base_url, model) is None
+        if _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters) is None
     ]
 
 
@@ -199,16 +204,18 @@ def count_untrained_calls(
     train_agents: AgentFilter = None,
     endpoint_base_url: str | None = None,
     model: str | None = None,
+    adapters: Collection[str] | None = None,
 ) -> dict[str, int]:
     """Why calls were left out by `select_trainable_calls`, counted by reason (for metrics and warnings).
 
-    Reasons: `failed`, `no_token_ids`, `other_endpoint`, `other_model`, `other_agent`, `empty_completion`.
+    Reasons: `failed`, `no_token_ids`, `other_endpoint`, `other_model`, `other_agent`, `base_model`,
+    `empty_completion`.
     """
     matcher = _agent_matcher(train_agents)
     reasons: Counter[str] = Counter()
     for episode in episodes:
         for call, owner in _calls_with_owner(episode):
-            reason = _untrained_reason(call, owner, matcher, endpoint_base_url, model)
+            reason = _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters)
             if reason is not None:
                 reasons[reason] += 1
     return dict(reasons)

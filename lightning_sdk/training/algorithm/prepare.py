@@ -37,6 +37,7 @@ __all__ = [
     "prepare_group",
     "prepare_samples",
     "reward_stats",
+    "role_metrics",
     "samples_from_groups",
 ]
 
@@ -142,9 +143,12 @@ def prepare_group(
     Under `on_error="zero"` failed episodes are modified in place (their return becomes 0).
     """
     kept, counts = apply_error_policy(group, config.on_error)
-    untrained = count_untrained_calls(kept, config.train_agents, endpoint_base_url, model)
+    roles = config.role_adapters()
+    adapters = roles.adapters if roles is not None else None
+    untrained = count_untrained_calls(kept, config.train_agents, endpoint_base_url, model, adapters)
     calls = [
-        select_trainable_calls(episode, config.train_agents, endpoint_base_url, model) for episode in kept
+        select_trainable_calls(episode, config.train_agents, endpoint_base_url, model, adapters)
+        for episode in kept
     ]
     rewards = [
         assign_credit(episode, episode_calls, config.credit, config.gamma)
@@ -175,6 +179,9 @@ def samples_from_groups(groups: Sequence[PreparedGroup], config: TrainerConfig) 
     for reason in SKIP_REASONS:
         metrics[f"groups_skipped_{reason}"] = sum(group.skipped == reason for group in groups)
     metrics["calls_trained"] = sum(group.calls_trained for group in groups)
+    roles = config.role_adapters()
+    if roles is not None:
+        metrics.update(role_metrics(groups, roles.adapters))
     samples = [sample for group in groups for sample in _group_samples(group, config)]
     samples, metrics["samples_dropped_too_long"] = _within_cap(samples, config.max_sample_tokens)
     metrics["samples"] = len(samples)
@@ -207,6 +214,22 @@ def prepare_samples(
     """
     prepared = [prepare_group(group, config, endpoint_base_url, model) for group in groups]
     return samples_from_groups(prepared, config)
+
+
+def role_metrics(groups: Sequence[PreparedGroup], adapters: Sequence[str]) -> dict[str, float]:
+    """Per role adapter: `calls/<role>` (its calls selected for training, in groups with or without a
+    signal) and `reward/<role>` (the mean credited reward of those calls; NaN when it made none)."""
+    rewards: dict[str, list[float]] = {adapter: [] for adapter in adapters}
+    for group in groups:
+        for calls, credited in zip(group.calls, group.rewards, strict=True):
+            for call, reward in zip(calls, credited, strict=True):
+                if call.adapter in rewards and reward is not None:
+                    rewards[call.adapter].append(reward)
+    metrics: dict[str, float] = {}
+    for adapter, values in rewards.items():
+        metrics[f"calls/{adapter}"] = len(values)
+        metrics[f"reward/{adapter}"] = math.fsum(values) / len(values) if values else math.nan
+    return metrics
 
 
 def reward_stats(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:

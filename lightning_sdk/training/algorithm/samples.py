@@ -57,6 +57,8 @@ class Sample:
     """The agent that made the (first) call."""
     temperature: float = 1.0
     """The sampling temperature of the calls; the loss scales logits by it."""
+    adapter: str | None = None
+    """The role whose adapter sampled the calls and trains on them (`LLMCall.adapter`; None without roles)."""
 
     def __post_init__(self) -> None:
         size = len(self.completion_ids)
@@ -124,7 +126,8 @@ def chain_calls(calls: Sequence[LLMCall]) -> list[list[int]]:
     """Group call indices into chains whose token ids extend each other (see the module docstring).
 
     A call joins the chain whose current full ids (last call's prompt + completion) are the longest
-    prefix of its prompt ids; so interleaved agents (A, B, A, B) form two chains.
+    prefix of its prompt ids; so interleaved agents (A, B, A, B) form two chains. Calls answered by
+    different role adapters never share a chain: each adapter trains on its own samples.
     """
     chains: list[list[int]] = []
     chain_ids: list[list[int]] = []
@@ -132,6 +135,8 @@ def chain_calls(calls: Sequence[LLMCall]) -> list[list[int]]:
         prompt = list(call.prompt_token_ids or [])
         best, best_length = None, -1
         for chain_index, ids in enumerate(chain_ids):
+            if calls[chains[chain_index][0]].adapter != call.adapter:
+                continue
             if len(ids) <= len(prompt) and prompt[: len(ids)] == ids and len(ids) > best_length:
                 best, best_length = chain_index, len(ids)
         if best is None:
@@ -157,6 +162,7 @@ def _transition_sample(
         call_ids=[call.id],
         agent_name=agent_name,
         temperature=temperature,
+        adapter=call.adapter,
     )
 
 
@@ -178,6 +184,7 @@ def _trajectory_sample(
         call_ids=[call.id for call in calls],
         agent_name=agent_name,
         temperature=temperature,
+        adapter=first.adapter,
     )
     seen = len(sample.prompt_ids)
     for call, advantage in zip(calls, advantages, strict=True):

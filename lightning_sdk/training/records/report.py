@@ -13,7 +13,7 @@ from lightning_sdk.tracing.store import EpisodeStore
 from lightning_sdk.training.records.metrics import read_metrics
 from lightning_sdk.training.records.run_dir import read_run_info
 
-__all__ = ["moving_average", "plot_curves", "signal_share", "write_report"]
+__all__ = ["moving_average", "plot_curves", "role_keys", "signal_share", "write_report"]
 
 REPORT_FILE = "report.html"
 MOVING_AVERAGE_STEPS = 5
@@ -49,6 +49,11 @@ def plot_curves(history: list[dict[str, Any]], folder: Path) -> list[Path]:
             "Share of the step's groups that carried a learning signal",
             {"groups with a reward spread": signal_share(history)},
         ),
+        (
+            "roles.png",
+            "Each role's calls: mean credited reward (TrainerConfig.roles)",
+            {key: _series(history, key) for key in role_keys(history, "reward/")},
+        ),
     ]
     written = []
     for name, title, series in figures:
@@ -70,6 +75,11 @@ def plot_curves(history: list[dict[str, Any]], folder: Path) -> list[Path]:
         plt.close(figure)
         written.append(path)
     return written
+
+
+def role_keys(history: list[dict[str, Any]], prefix: str) -> list[str]:
+    """The per-role metric keys with `prefix` (`"reward/"` gives `reward/<role>`) in the history, sorted."""
+    return sorted({key for record in history for key in record if key.startswith(prefix)})
 
 
 def _series(history: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:

@@ -1,6 +1,7 @@
 """Checkpoints: adapter, optimizer, scheduler, random states and loop state, written atomically.
 
-Layout: `RUN_DIR/checkpoints/step-00000010/` holding `adapter/` (peft safetensors), `optimizer.pt`,
+Layout: `RUN_DIR/checkpoints/step-00000010/` holding `adapter/` (peft safetensors; with roles, one
+subfolder per role), `optimizer.pt`,
 `scheduler.pt`, `rng.json` + `rng_torch.pt`, and `trainer_state.json` (the step, the data position and
 whatever else the loop passes). A checkpoint is written into a hidden temporary folder and renamed
 into place, so a run killed at any moment (even `kill -9` during a save) leaves the previous checkpoint
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
-from lightning_sdk.training.update.lora import ADAPTER_WEIGHTS_FILE, load_adapter_weights, save_adapter
+from lightning_sdk.engine.adapter_folders import is_adapter_folder
+from lightning_sdk.training.update.lora import load_adapter_weights, save_adapter
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -46,7 +48,7 @@ def _checkpoints_dir(run_dir: str | os.PathLike[str]) -> Path:
 
 
 def _is_complete(folder: Path) -> bool:
-    return (folder / STATE_FILE).is_file() and (folder / "adapter" / ADAPTER_WEIGHTS_FILE).is_file()
+    return (folder / STATE_FILE).is_file() and is_adapter_folder(folder / "adapter")
 
 
 def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:

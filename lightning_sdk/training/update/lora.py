@@ -1,18 +1,25 @@
 """The LoRA policy: build it with peft, save and load the adapter, export merged weights for the engine.
 
-The trainer keeps one model in memory: the base weights (frozen) plus the LoRA adapter. The base
-model, needed for the KL term, is the same model with the adapter disabled (`model.disable_adapter()`).
+The trainer keeps one model in memory: the base weights (frozen) plus the LoRA adapter, or one adapter per
+role (`TrainerConfig.roles`), each a named peft adapter of the same model. The base model, needed for the
+KL term, is the same model with the adapter disabled (`model.disable_adapter()`).
+
+A saved adapter is a folder with `adapter_model.safetensors`; the adapters of roles are saved as a folder
+of such folders, one per role, named after it (peft's own layout for named adapters).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from lightning_sdk.engine.adapter_folders import ADAPTER_WEIGHTS_FILE, role_adapter_names
 from lightning_sdk.engine.placement import auto_dtype
 
 if TYPE_CHECKING:
@@ -23,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADAPTER_WEIGHTS_FILE",
+    "adapter_parameters",
     "build_lora_model",
     "export_merged_model",
     "load_adapter_weights",
@@ -32,9 +40,6 @@ __all__ = [
     "save_adapter",
     "uses_gradient_checkpointing",
 ]
-
-ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
-"""The file peft writes (and vLLM's LoRA loader reads) inside an adapter folder."""
 
 
 def resolve_dtype(name: str, device: torch.device | str = "cpu") -> torch.dtype:
@@ -64,8 +69,11 @@ def load_base_model(
     return model.to(device)  # type: ignore[arg-type,no-any-return]  # transformers types .to as taking a model
 
 
-def build_lora_model(base_model: PreTrainedModel, config: TrainerConfig) -> PeftModel:
-    """Wrap `base_model` with a fresh LoRA adapter from a `TrainerConfig` (rank, alpha, dropout, targets).
+def build_lora_model(
+    base_model: PreTrainedModel, config: TrainerConfig, adapters: Sequence[str] | None = None
+) -> PeftModel:
+    """Wrap `base_model` with a fresh LoRA adapter from a `TrainerConfig` (rank, alpha, dropout, targets),
+    or with one fresh adapter per name in `adapters` (the roles'), the first one active.
 
     The LoRA `B` matrices start at zero (peft's default), so the wrapped model starts as the base model.
     """
@@ -82,11 +90,21 @@ def build_lora_model(base_model: PreTrainedModel, config: TrainerConfig) -> Peft
     checkpointing = uses_gradient_checkpointing(config, base_model.device)
     if checkpointing:
         base_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = get_peft_model(base_model, lora_config)
+    names = list(adapters) if adapters else ["default"]
+    model = get_peft_model(base_model, lora_config, adapter_name=names[0])
+    for name in names[1:]:
+        model.add_adapter(name, lora_config)
+    model.set_adapter(names[0])
     if checkpointing:
         # The frozen embedding output has no grad; checkpointed blocks need inputs that require one.
         model.enable_input_require_grads()
     return model
+
+
+def adapter_parameters(model: torch.nn.Module, adapter: str) -> list[torch.nn.Parameter]:
+    """The LoRA matrices of one named adapter of a peft model (whether it is active or not)."""
+    marker = re.compile(rf"\.lora_[A-Za-z_]+\.{re.escape(adapter)}\.")
+    return [parameter for name, parameter in model.named_parameters() if marker.search(name)]
 
 
 def uses_gradient_checkpointing(config: TrainerConfig, device: torch.device) -> bool:
@@ -145,14 +163,31 @@ def save_adapter(model: PeftModel, path: str | os.PathLike[str]) -> Path:
 
 
 def load_adapter_weights(model: PeftModel, path: str | os.PathLike[str]) -> None:
-    """Load adapter weights saved by `save_adapter` into an existing LoRA model of the same shape."""
+    """Load adapter weights saved by `save_adapter` into an existing LoRA model of the same shape: one
+    adapter, or, for a model with one adapter per role, each role's from its subfolder of `path`."""
+    names = list(model.peft_config)
+    if names == ["default"]:
+        _load_one_adapter(model, Path(path), "default")
+        return
+    missing = [name for name in names if not (Path(path) / name / ADAPTER_WEIGHTS_FILE).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{path} has no adapter for role(s) {', '.join(missing)} (it has: "
+            f"{', '.join(role_adapter_names(path)) or 'none'}); pass the folder of role adapters a run with "
+            "these roles wrote."
+        )
+    for name in names:
+        _load_one_adapter(model, Path(path) / name, name)
+
+
+def _load_one_adapter(model: PeftModel, path: Path, adapter: str) -> None:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    file = Path(path) / ADAPTER_WEIGHTS_FILE
+    file = path / ADAPTER_WEIGHTS_FILE
     if not file.is_file():
         raise FileNotFoundError(f"{file} does not exist; pass a folder written by save_adapter.")
-    result = set_peft_model_state_dict(model, load_file(str(file)))
+    result = set_peft_model_state_dict(model, load_file(str(file)), adapter_name=adapter)
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:
         raise ValueError(

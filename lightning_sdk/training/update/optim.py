@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -13,8 +14,22 @@ if TYPE_CHECKING:
 __all__ = ["build_optimizer", "build_scheduler", "lr_factor"]
 
 
-def build_optimizer(model: torch.nn.Module, config: TrainerConfig) -> torch.optim.AdamW:
-    """AdamW over the parameters that require a gradient (the LoRA matrices), from a `TrainerConfig`."""
+def build_optimizer(
+    model: torch.nn.Module, config: TrainerConfig, adapters: Sequence[str] | None = None
+) -> torch.optim.AdamW:
+    """AdamW over the parameters that require a gradient (the LoRA matrices), from a `TrainerConfig`; with
+    `adapters` (one per role), one parameter group per adapter, named in its `"adapter"` key.
+
+    Adam's moments are kept per parameter, so each role's adapter has its own optimizer state; a role
+    that trains nothing in a step has no gradients, and AdamW leaves its parameters and state alone."""
+    from lightning_sdk.training.update.lora import adapter_parameters
+
+    if adapters:
+        groups = [{"params": adapter_parameters(model, name), "adapter": name} for name in adapters]
+        empty = [group["adapter"] for group in groups if not group["params"]]
+        if empty:
+            raise ValueError(f"The model has no LoRA adapter named {empty[0]!r}; build it with these roles.")
+        return torch.optim.AdamW(groups, lr=config.learning_rate, weight_decay=config.weight_decay)
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
     if not parameters:
         raise ValueError("The model has no trainable parameters; build it with build_lora_model first.")

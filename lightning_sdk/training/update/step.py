@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.update.distributed import PolicyModel
 
-__all__ = ["split_mini_batches", "train_on_samples"]
+__all__ = ["advance", "split_mini_batches", "train_on_samples"]
 
 
 def split_mini_batches(samples: list[Sample], count: int) -> list[list[Sample]]:
@@ -66,6 +66,7 @@ def train_on_samples(
     samples: list[Sample],
     config: TrainerConfig,
     pad_token_id: int = 0,
+    advance_schedule: bool = True,
 ) -> dict[str, float]:
     """Train on one step's samples and return the step's statistics.
 
@@ -74,7 +75,8 @@ def train_on_samples(
     accumulated (the loss normalisation counts the whole mini-batch, so the result does not depend on
     the micro-batch size). Gradients are clipped to `config.max_grad_norm`; an update whose gradient
     is not finite is skipped (counted in `skipped_updates`) rather than corrupting the adapter. The
-    scheduler advances once per call.
+    scheduler advances once per call, unless `advance_schedule` is False (the caller trains several role
+    adapters in one step and advances it once, with `advance`).
 
     Returns a dict with `loss`, `grad_norm`, `learning_rate`, `clip_fraction`, `ratio_mean`,
     `importance_ratio_mean`, `importance_ratio_max`, `importance_capped_fraction`, `kl`, `entropy`,
@@ -104,7 +106,8 @@ def train_on_samples(
     for batches, old_of_batches in zip(plan, old, strict=True):
         _accumulate_gradients(model, batches, old_of_batches, options, totals)
         grad_norms.append(_optimizer_step(optimizer, config.max_grad_norm))
-    _advance(scheduler)
+    if advance_schedule:
+        advance(scheduler)
     return _step_summary(totals, grad_norms, learning_rate, len(samples))
 
 
@@ -169,7 +172,8 @@ def _optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | Non
     return grad_norm if finite else None
 
 
-def _advance(scheduler: LRScheduler) -> None:
+def advance(scheduler: LRScheduler) -> None:
+    """Step the learning-rate schedule, which counts training steps (not optimizer steps)."""
     with warnings.catch_warnings():
         # When every update of the step was skipped, torch warns that the scheduler steps before the
         # optimizer; the schedule is counted in training steps, so stepping it anyway is intended.

