@@ -279,6 +279,51 @@ def test_a_wrong_result_is_not_revised(db_path: Path, openai_server: OpenAITestS
     assert episode.reward == 0.0 and len(episode.calls) == 1 and episode.output["attempts"] == 1
 
 
+def run_checked_agent(task: dict[str, Any], server: OpenAITestServer) -> ls.Episode:
+    from lightning_sdk.examples.sql_langchain.agent import checked_sql_agent
+
+    endpoint = ls.LLMEndpoint(server.base_url, server.api_key, "test-model")
+    with ls.capture() as episodes:
+        checked_sql_agent(task, llm=endpoint)
+    return episodes[0]
+
+
+def test_the_checker_s_no_sends_the_query_to_the_rewriter(
+    db_path: Path, openai_server: OpenAITestServer
+) -> None:
+    from lightning_sdk.examples.sql_langchain.agent import ROLES
+
+    openai_server.queue(
+        Reply("```sql\nSELECT MIN(age) FROM employees WHERE city = 'Paris'\n```"),
+        Reply("No, it asks for the oldest."),
+        Reply("```sql\nSELECT MAX(age) FROM employees WHERE city = 'Paris'\n```"),
+    )
+    episode = run_checked_agent(agent_task(db_path), openai_server)
+    assert [call.agent_name for call in episode.all_calls()] == list(ROLES)  # each role's call, named
+    check = openai_server.requests[1]["messages"][-1]["content"]
+    assert "How old is the oldest employee in Paris?" in check and "MIN(age)" in check
+    assert "checker says" in openai_server.requests[2]["messages"][-1]["content"]
+    assert episode.reward == 1.0 and episode.output["attempts"] == 2 and episode.output["checked"] is False
+
+
+def test_the_checker_s_yes_ends_and_an_error_skips_the_checker(
+    db_path: Path, openai_server: OpenAITestServer
+) -> None:
+    openai_server.queue(
+        Reply("```sql\nSELECT MAX(age) FROM employees WHERE city = 'Paris'\n```"), Reply("Yes.")
+    )
+    episode = run_checked_agent(agent_task(db_path), openai_server)
+    assert [call.agent_name for call in episode.all_calls()] == ["write_query", "check_query"]
+    assert episode.reward == 1.0 and episode.output["checked"] is True
+
+    openai_server.reset()
+    openai_server.queue(Reply("The oldest is 60."), Reply("```sql\nSELECT 1 FROM employes\n```"))
+    episode = run_checked_agent(agent_task(db_path), openai_server)
+    # A query that fails needs no checker; after the last attempt nothing is checked either.
+    assert [call.agent_name for call in episode.all_calls()] == ["write_query", "rewrite_query"]
+    assert episode.reward == 0.0
+
+
 # ------------------------------------------------------------------ training end to end
 
 

@@ -8,6 +8,17 @@
 rows as a sentence without a model call: the reward judges the query's result, and a 135M model spends
 its few tokens better on the SQL.
 
+`checked_sql_agent` is the paper's agent, with three roles that call the model (`ROLES`):
+
+    write_query --> run_query --(rows)--> check_query --(yes)--> answer   (and after the last attempt)
+                        ^     \\                    | (no)
+                        |      \\--(SQL error)--> rewrite_query
+                        \\-----------------------------/
+
+`check_query` reads the question, the query and its first rows and answers yes or no; `rewrite_query`
+sees the query with the error or the checker's verdict and writes a new one. Trained with
+`TrainerConfig(roles=list(ROLES))`, each role learns in an adapter of its own (docs/multi-agent.md).
+
 The agent is what a user would write for any OpenAI-compatible model; the only training-specific parts
 are `@ls.trace_agent` on `sql_agent` and `@ls.reward` on `sql_reward`.
 """
@@ -35,8 +46,11 @@ from lightning_sdk.integrations.langchain import LightningCallbackHandler
 __all__ = [
     "AGENT_NAME",
     "MAX_ATTEMPTS",
+    "ROLES",
+    "build_checked_graph",
     "build_graph",
     "chat_model",
+    "checked_sql_agent",
     "prompt_messages",
     "sql_agent",
     "sql_reward",
@@ -77,6 +91,22 @@ FEW_SHOT: tuple[tuple[str, str], ...] = (
 
 REVISE_PROMPT = "That query failed with the error: {error}\nWrite a corrected query in a ```sql block."
 
+ROLES = (AGENT_NAME, "check_query", "rewrite_query")
+"""The model-calling nodes of `checked_sql_agent`, named as their calls are recorded."""
+CHECK_PROMPT = """Question: {question}
+Query:
+```sql
+{sql}
+```
+Result (first rows): {rows}
+
+Does the result answer the question? Answer yes or no."""
+REWRITE_PROMPT = (
+    "The checker says this query does not answer the question. Write a better query in a ```sql block."
+)
+CHECK_ROWS = 5
+"""Rows of the result shown to the checker: enough to judge the shape of an answer, a short prompt."""
+
 
 class SQLState(TypedDict, total=False):
     """What flows through the graph."""
@@ -87,6 +117,8 @@ class SQLState(TypedDict, total=False):
     result: QueryResult
     attempts: int
     answer: str
+    question: str
+    verdict: bool
 
 
 @functools.lru_cache(maxsize=8)
@@ -123,13 +155,6 @@ def build_graph(model: BaseChatModel) -> Any:
     def run_sql(state: SQLState) -> SQLState:
         return {"result": run_query(state["db_path"], state["sql"])}
 
-    def answer(state: SQLState) -> SQLState:
-        result = state["result"]
-        if not result.ok:
-            return {"answer": f"I could not answer: {result.error}"}
-        values = [", ".join(str(value) for value in row) for row in result.rows]
-        return {"answer": "; ".join(values) if values else "No rows match."}
-
     def after_run(state: SQLState) -> str:
         retry = not state["result"].ok and state["attempts"] < MAX_ATTEMPTS
         return AGENT_NAME if retry else "answer"
@@ -137,12 +162,73 @@ def build_graph(model: BaseChatModel) -> Any:
     graph = StateGraph(SQLState)
     graph.add_node(AGENT_NAME, write_query)
     graph.add_node("run_query", run_sql)
-    graph.add_node("answer", answer)
+    graph.add_node("answer", _answer)
     graph.add_edge(START, AGENT_NAME)
     graph.add_edge(AGENT_NAME, "run_query")
     graph.add_conditional_edges("run_query", after_run, [AGENT_NAME, "answer"])
     graph.add_edge("answer", END)
     return graph.compile()
+
+
+def build_checked_graph(model: BaseChatModel) -> Any:
+    """The compiled graph of the paper's agent: write, run, check, rewrite (see the module docstring)."""
+
+    def write_query(state: SQLState) -> SQLState:
+        reply = model.invoke(state["messages"])
+        return {"sql": extract_sql(reply.text), "attempts": 1}
+
+    def run_sql(state: SQLState) -> SQLState:
+        return {"result": run_query(state["db_path"], state["sql"])}
+
+    def check_query(state: SQLState) -> SQLState:
+        rows = "; ".join(", ".join(map(str, row)) for row in state["result"].rows[:CHECK_ROWS]) or "no rows"
+        prompt = CHECK_PROMPT.format(question=state["question"], sql=state["sql"], rows=rows)
+        reply = model.invoke([{"role": "user", "content": prompt}])
+        return {"verdict": reply.text.strip().lower().startswith("yes")}
+
+    def rewrite_query(state: SQLState) -> SQLState:
+        result = state["result"]
+        feedback = REVISE_PROMPT.format(error=result.error) if not result.ok else REWRITE_PROMPT
+        messages = [
+            *state["messages"],
+            {"role": "assistant", "content": f"```sql\n{state['sql']}\n```"},
+            {"role": "user", "content": feedback},
+        ]
+        reply = model.invoke(messages)
+        return {"sql": extract_sql(reply.text), "attempts": state["attempts"] + 1}
+
+    def after_run(state: SQLState) -> str:
+        if state["attempts"] >= MAX_ATTEMPTS:  # no rewrite left: a verdict would change nothing
+            return "answer"
+        return "check_query" if state["result"].ok else "rewrite_query"
+
+    def after_check(state: SQLState) -> str:
+        return "answer" if state["verdict"] else "rewrite_query"
+
+    graph = StateGraph(SQLState)
+    for name, node in (
+        (AGENT_NAME, write_query),
+        ("run_query", run_sql),
+        ("check_query", check_query),
+        ("rewrite_query", rewrite_query),
+        ("answer", _answer),
+    ):
+        graph.add_node(name, node)
+    graph.add_edge(START, AGENT_NAME)
+    graph.add_edge(AGENT_NAME, "run_query")
+    graph.add_conditional_edges("run_query", after_run, ["check_query", "rewrite_query", "answer"])
+    graph.add_conditional_edges("check_query", after_check, ["rewrite_query", "answer"])
+    graph.add_edge("rewrite_query", "run_query")
+    graph.add_edge("answer", END)
+    return graph.compile()
+
+
+def _answer(state: SQLState) -> SQLState:
+    result = state["result"]
+    if not result.ok:
+        return {"answer": f"I could not answer: {result.error}"}
+    values = [", ".join(str(value) for value in row) for row in result.rows]
+    return {"answer": "; ".join(values) if values else "No rows match."}
 
 
 def chat_model(llm: ls.LLMEndpoint | None = None) -> ChatOpenAI:
@@ -179,11 +265,24 @@ def sql_reward(task: dict[str, Any], result: QueryResult | None) -> float:
 @ls.trace_agent(name="sql_agent")
 def sql_agent(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> dict[str, Any]:
     """Answer `task["question"]` over the database at `task["db_path"]` by writing and running SQL."""
-    graph = build_graph(chat_model(llm))
-    state = graph.invoke(
-        {"db_path": task["db_path"], "messages": prompt_messages(task["db_path"], task["question"])},
-        config={"callbacks": [LightningCallbackHandler()]},
-    )
+    return _run(build_graph(chat_model(llm)), task)
+
+
+@ls.trace_agent(name="sql_agent")
+def checked_sql_agent(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> dict[str, Any]:
+    """The paper's agent: write a query, run it, check its result, rewrite it when the check (or SQLite)
+    says it is wrong; one rewrite at most (`MAX_ATTEMPTS`). Its calls are made by the roles in `ROLES`."""
+    return _run(build_checked_graph(chat_model(llm)), task)
+
+
+def _run(graph: Any, task: dict[str, Any]) -> dict[str, Any]:
+    """Run a compiled graph of this module on a task, score its result and return what it did."""
+    start = {
+        "db_path": task["db_path"],
+        "question": task["question"],
+        "messages": prompt_messages(task["db_path"], task["question"]),
+    }
+    state = graph.invoke(start, config={"callbacks": [LightningCallbackHandler()]})
     result = state["result"]
     sql_reward(task, result)
     return {
@@ -191,4 +290,5 @@ def sql_agent(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> dict[s
         "sql": state["sql"],
         "error": result.error,
         "attempts": state["attempts"],
+        **({"checked": state["verdict"]} if "verdict" in state else {}),
     }

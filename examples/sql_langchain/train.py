@@ -58,6 +58,7 @@ def train(
     test_size: int = 48,
     train_size: int | None = None,
     curve_to: Path | None = EXAMPLE_DIR / "reward_curve.png",
+    checker: bool = False,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Train and evaluate the agent; return base and trained held-out reward and where the run went.
@@ -72,10 +73,12 @@ def train(
         test_size: about how many held-out questions.
         train_size: use only the first this many training questions (`None`: all).
         curve_to: where to copy the validation curve PNG (`None`: do not copy).
+        checker: train the paper's agent (`checked_sql_agent`: write, check, rewrite) instead of the
+            writer alone; with `roles=list(agent.ROLES)` in `overrides` each role has its own adapter.
         overrides: any `TrainerConfig` field.
     """
     from lightning_sdk.examples.results import summarize_fit
-    from lightning_sdk.examples.sql_langchain.agent import sql_agent
+    from lightning_sdk.examples.sql_langchain.agent import checked_sql_agent, sql_agent
     from lightning_sdk.examples.sql_langchain.data import build_database, make_splits
     from lightning_sdk.training.trainer import Trainer
 
@@ -84,7 +87,8 @@ def train(
     if train_size is not None:
         train_tasks = train_tasks[:train_size]
     config = make_config(steps, run_dir, **overrides)
-    result = Trainer(model, config=config, engine=engine).fit(sql_agent, train_tasks, val_dataset=test_tasks)
+    agent = checked_sql_agent if checker else sql_agent
+    result = Trainer(model, config=config, engine=engine).fit(agent, train_tasks, val_dataset=test_tasks)
     summary = summarize_fit(result, curve_to=curve_to)
     return {**summary, "train_questions": len(train_tasks), "test_questions": len(test_tasks)}
 
@@ -103,6 +107,13 @@ def main() -> None:
         help="draw the training questions evenly across this task field, e.g. 'template' or 'kind' "
         f"(default: {DEFAULTS['balance_by']}; 'none' draws every question once per pass)",
     )
+    parser.add_argument(
+        "--checker",
+        choices=["none", "shared", "per-role"],
+        default="none",
+        help="train the paper's agent (write, check, rewrite) with one adapter for its three roles "
+        "('shared') or one adapter per role ('per-role'); default: the writer alone",
+    )
     parser.add_argument("--data-dir", default=None, help="where to build the database (default: cache)")
     parser.add_argument("--no-curve", action="store_true", help="do not copy the curve into the example")
     args = parser.parse_args()
@@ -116,12 +127,21 @@ def main() -> None:
         batch_size=args.batch_size,
         group_size=args.group_size,
         balance_by=None if args.balance_by in (None, "none") else args.balance_by,
+        **_checker_settings(args.checker),
     )
     print(
         f"held-out reward (greedy, {summary['test_questions']} questions): "
         f"base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}"
     )
     print(f"run folder: {summary['run_dir']}\nreport: {summary['report']}")
+
+
+def _checker_settings(choice: str) -> dict[str, Any]:
+    from lightning_sdk.examples.sql_langchain.agent import ROLES
+
+    if choice == "none":
+        return {}
+    return {"checker": True, **({"roles": list(ROLES)} if choice == "per-role" else {})}
 
 
 if __name__ == "__main__":
