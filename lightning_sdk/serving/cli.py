@@ -44,6 +44,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "llama3_json, mistral or qwen3_xml (for models whose chat template renders tools).",
     )
     parser.add_argument(
+        "--store",
+        default=None,
+        metavar="PATH",
+        help="the episode store (SQLite file) your agents record into: the server then takes rewards that "
+        "arrive later at POST /v1/episodes/<id>/feedback",
+    )
+    parser.add_argument(
+        "--reward-range",
+        nargs=2,
+        type=float,
+        default=None,
+        metavar=("LOW", "HIGH"),
+        help="with --store: refuse feedback rewards outside [LOW, HIGH]",
+    )
+    parser.add_argument(
         "--upstream",
         default=None,
         metavar="URL",
@@ -68,6 +83,8 @@ def run_serve(args: argparse.Namespace) -> int:
         default_max_tokens=args.max_tokens,
         upstream=args.upstream,
         tool_parser=args.tool_parser,
+        store=args.store,
+        reward_range=tuple(args.reward_range) if args.reward_range else None,
         **options,
     )
     endpoint = handle.endpoint
@@ -77,6 +94,8 @@ def run_serve(args: argparse.Namespace) -> int:
     roles = getattr(handle.engine, "roles", ())
     if roles:
         print(f'Role adapters: {", ".join(roles)} (ask for one with model="<role>")')
+    if args.store:
+        print(f"Feedback: POST {endpoint.base_url}/episodes/<episode id>/feedback into {args.store}")
     if args.upstream:
         print(f"Other /v1 requests (embeddings, ...) pass through to {args.upstream}")
     handle.wait()

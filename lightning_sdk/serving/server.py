@@ -17,6 +17,7 @@ from lightning_sdk.engine.adapter_folders import role_adapter_names
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.endpoint import LLMEndpoint
 from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.tracing.store import EpisodeStore
 
 if TYPE_CHECKING:
     from lightning_sdk.serving.app import RouteInstaller
@@ -164,6 +165,8 @@ def serve(
     default_max_tokens: int | None = None,
     upstream: Upstream | str | None = None,
     tool_parser: str = "hermes",
+    store: EpisodeStore | str | os.PathLike[str] | None = None,
+    reward_range: tuple[float, float] | None = None,
     **engine_options: Any,
 ) -> ServerHandle:
     """Serve a model (and optionally a trained LoRA adapter) through an OpenAI-compatible endpoint.
@@ -191,6 +194,10 @@ def serve(
             requests get a 404 that says so.
         tool_parser: The tool-call format the model writes: `"hermes"` (default; the bundled model's) or a
             vLLM `--tool-call-parser` name such as `"llama3_json"`, `"mistral"`, `"qwen3_xml"`.
+        store: The episode store your agents record into (`ls.configure(store=...)`), an
+            `EpisodeStore` or a path: the server then takes rewards that arrive later at
+            `POST /v1/episodes/<id>/feedback` (`lightning_sdk.serving.feedback_routes`).
+        reward_range: With `store`, refuse feedback rewards outside `(low, high)`.
         engine_options: Passed to the engine (`max_model_len`, `dtype`, ...).
 
     Returns:
@@ -229,6 +236,7 @@ def serve(
             upstream=upstream,
             tool_parser=tool_parser,
             roles=roles,
+            routes=_feedback_routes(store, reward_range),
         )
     except BaseException:
         built.shutdown()
@@ -236,6 +244,19 @@ def serve(
     if block:
         handle.wait()
     return handle
+
+
+def _feedback_routes(
+    store: EpisodeStore | str | os.PathLike[str] | None, reward_range: tuple[float, float] | None
+) -> list[RouteInstaller]:
+    if store is None:
+        if reward_range is not None:
+            raise ValueError("reward_range applies to feedback, which needs store=...: pass both.")
+        return []
+    from lightning_sdk.serving.feedback_routes import feedback_routes
+
+    opened = store if isinstance(store, EpisodeStore) else EpisodeStore(store)
+    return [feedback_routes(opened, reward_range)]
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

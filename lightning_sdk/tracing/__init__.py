@@ -9,26 +9,33 @@ from lightning_sdk.tracing.context import (
     call_attributes,
     capture,
     current_episode,
+    last_episode,
     record_call,
     run_in_episode,
 )
 from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
 from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.tracing.feedback import Feedback, feedback
 from lightning_sdk.tracing.openai_capture import instrument_openai, uninstrument_openai
-from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
+from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull, StoreVersionError, UnknownEpisode
 
 __all__ = [
     "ContextThreadPoolExecutor",
     "Episode",
     "EpisodeStore",
     "EpisodeStoreFull",
+    "Feedback",
     "LLMCall",
+    "StoreVersionError",
+    "UnknownEpisode",
     "call_attributes",
     "capture",
     "configure",
     "current_episode",
     "emit_reward",
+    "feedback",
     "instrument_openai",
+    "last_episode",
     "record_call",
     "reward",
     "run_in_episode",

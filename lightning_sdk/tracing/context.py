@@ -24,8 +24,10 @@ __all__ = [
     "current_call_attributes",
     "current_episode",
     "episode_scope",
+    "last_episode",
     "notify_finished",
     "record_call",
+    "remember_finished",
     "run_in_episode",
 ]
 
@@ -41,12 +43,28 @@ _collectors: contextvars.ContextVar[tuple[list[Episode], ...]] = contextvars.Con
 _call_attributes: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "lightning_sdk_call_attributes", default=None
 )
+_last_episode: contextvars.ContextVar[Episode | None] = contextvars.ContextVar(
+    "lightning_sdk_last_episode", default=None
+)
 _finish_hooks: list[Callable[[Episode], None]] = []
 
 
 def current_episode() -> Episode | None:
     """The episode being recorded in this context, or None outside any `@trace_agent` call."""
     return _episode.get()
+
+
+def last_episode() -> Episode | None:
+    """The episode of the traced agent call that finished last in this context (this thread, or this
+    asyncio task), or None. After `answer = agent(question)`, `ls.last_episode().id` names the episode, to
+    give it a reward later with `ls.feedback`. Agents run concurrently in other tasks (`asyncio.gather`)
+    each set it in their own task: read `ls.current_episode().id` inside the agent there instead."""
+    return _last_episode.get()
+
+
+def remember_finished(episode: Episode) -> None:
+    """Called in the caller's context as a traced agent call returns (see `last_episode`)."""
+    _last_episode.set(episode)
 
 
 @contextmanager

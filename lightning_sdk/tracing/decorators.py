@@ -15,7 +15,12 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from lightning_sdk.tracing.config import current_settings
-from lightning_sdk.tracing.context import current_episode, episode_scope, notify_finished
+from lightning_sdk.tracing.context import (
+    current_episode,
+    episode_scope,
+    notify_finished,
+    remember_finished,
+)
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.errors import never_break_the_agent
 from lightning_sdk.tracing.jsonable import jsonable
@@ -128,6 +133,7 @@ class _AgentRun:
             if closed_early:
                 episode.metadata["closed_early"] = True
             episode.ended_at = time.time()
+            remember_finished(episode)  # the caller's context: `ls.last_episode()` there
             if self.parent is None:
                 notify_finished(episode)
 

@@ -7,6 +7,11 @@ notebook can read the file while an agent keeps appending to it.
 A store can be given a size limit (`max_size_mb`): SQLite itself enforces it (`max_page_count`), and an
 append that would pass it raises `EpisodeStoreFull` and writes nothing, so a long-running agent fills a
 disk only as far as its owner allowed.
+
+Rewards that arrive later (`add_feedback`, `lightning_sdk.tracing.feedback`) update a stored episode in
+one write transaction, so feedback sent by several processes at once is never lost. The file records the
+version of its layout (`SCHEMA_VERSION`, SQLite's `user_version`): a store written by a newer release is
+refused with a message rather than misread.
 """
 
 from __future__ import annotations
@@ -17,11 +22,17 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from lightning_sdk.tracing.episode import Episode
 
-__all__ = ["EpisodeStore", "EpisodeStoreFull"]
+if TYPE_CHECKING:
+    from lightning_sdk.tracing.feedback import Feedback
+
+__all__ = ["SCHEMA_VERSION", "EpisodeStore", "EpisodeStoreFull", "StoreVersionError", "UnknownEpisode"]
+
+SCHEMA_VERSION = 1
+"""The layout of the store's file (SQLite `user_version`); 0 is a file written before it was recorded."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
@@ -55,6 +66,25 @@ class EpisodeStoreFull(RuntimeError):
         )
 
 
+class StoreVersionError(RuntimeError):
+    """The store's file was written by a release with a newer layout than this one reads."""
+
+
+class UnknownEpisode(KeyError):
+    """No stored episode has this id."""
+
+    def __init__(self, episode_id: str, store: str) -> None:
+        self.episode_id = episode_id
+        super().__init__(
+            f"No episode {episode_id!r} in {store}. Feedback names a top-level episode stored there "
+            "(ls.last_episode().id after the agent returns, or ls.current_episode().id inside it, with "
+            "ls.configure(store=...) set where the agent runs)."
+        )
+
+    def __str__(self) -> str:  # KeyError's own str() would quote the message
+        return str(self.args[0])
+
+
 def _timestamp(value: Time) -> float:
     return value.timestamp() if isinstance(value, dt.datetime) else float(value)
 
@@ -83,9 +113,21 @@ class EpisodeStore:
         self._connection.execute("PRAGMA journal_mode=WAL")
         self._connection.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; fast appends
         self._connection.execute("PRAGMA busy_timeout=10000")  # wait for other processes' writes
+        self._check_version()
         self._connection.executescript(_SCHEMA)
         if max_size_mb is not None:
             self._limit_size(max_size_mb)
+
+    def _check_version(self) -> None:
+        (version,) = self._connection.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            self._connection.close()
+            raise StoreVersionError(
+                f"{self.path} was written by a newer lightning-sdk (store layout {version}; this release "
+                f"reads up to {SCHEMA_VERSION}). Upgrade lightning-sdk to read it; nothing was changed."
+            )
+        if version < SCHEMA_VERSION:  # a new file, or one from before versions were recorded: same rows
+            self._connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _limit_size(self, max_size_mb: float) -> None:
         page_size = self._connection.execute("PRAGMA page_size").fetchone()[0]
@@ -132,6 +174,30 @@ class EpisodeStore:
                 (run_id, step),
             )
         return cursor.rowcount
+
+    def add_feedback(self, episode_id: str, feedback: Feedback) -> Episode:
+        """Apply a reward that arrived later to the stored episode `episode_id` (see
+        `lightning_sdk.tracing.feedback`) and return the updated episode; `UnknownEpisode` when no stored
+        episode has that id. Read and write are one transaction that holds SQLite's write lock, so two
+        processes giving feedback at once both land."""
+        with self._lock:
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._connection.execute(
+                    "SELECT data FROM episodes WHERE id = ?", (episode_id,)
+                ).fetchone()
+                if row is None:
+                    raise UnknownEpisode(episode_id, str(self.path))
+                episode = feedback.apply_to(Episode.from_json(row[0]))
+                self._connection.execute(
+                    "UPDATE episodes SET reward = ?, data = ? WHERE id = ?",
+                    (episode.reward, episode.to_json(), episode_id),
+                )
+            except BaseException:
+                self._rollback()
+                raise
+            self._connection.execute("COMMIT")
+        return episode
 
     def get(self, episode_id: str) -> Episode | None:
         """The episode with this id, or None."""
