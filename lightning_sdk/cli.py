@@ -21,7 +21,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lightning-sdk", description="Train existing AI agents with RL.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    for add in (_add_quickstart, _add_train, _add_memory, _add_report, _add_serve, _add_runner):
+    adders = (_add_quickstart, _add_train, _add_memory, _add_report, _add_serve, _add_runner, _add_import)
+    for add in adders:
         add(commands)
 
     args = parser.parse_args(argv)
@@ -204,6 +205,32 @@ def _gpu_memory(args: argparse.Namespace) -> tuple[bool, float | None]:
     if not torch.cuda.is_available():
         return False, None
     return True, torch.cuda.get_device_properties(0).total_memory * 0.9
+
+
+def _add_import(commands: Commands) -> None:
+    imports = commands.add_parser(
+        "import",
+        help="Import traces recorded elsewhere (OTLP JSON GenAI spans, or our JSONL) into an episode store.",
+    )
+    imports.add_argument("path", help="An OTLP JSON trace file, or a JSONL file of episodes.")
+    imports.add_argument("--store", required=True, help="The episode store (SQLite file) to add them to.")
+    imports.add_argument("--format", choices=["auto", "otlp", "jsonl"], default="auto")
+    imports.add_argument(
+        "--skip-invalid", action="store_true", help="store the spans that read, report the others"
+    )
+    imports.set_defaults(handler=_run_import)
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from lightning_sdk.tracing.otlp_import import import_traces
+    from lightning_sdk.tracing.store import EpisodeStore
+
+    with EpisodeStore(args.store) as store:
+        report = import_traces(args.path, store, format=args.format, skip_invalid=args.skip_invalid)
+    print(f"imported {len(report.episodes)} episode(s) with {report.calls} call(s) into {args.store}")
+    for problem in report.skipped:
+        print(f"skipped: {problem}", file=sys.stderr)
+    return 0
 
 
 def _run_report(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.feedback import Feedback, feedback
 from lightning_sdk.tracing.openai_capture import instrument_openai, uninstrument_openai
+from lightning_sdk.tracing.otlp_import import TraceImportError, import_traces
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull, StoreVersionError, UnknownEpisode
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "Feedback",
     "LLMCall",
     "StoreVersionError",
+    "TraceImportError",
     "UnknownEpisode",
     "call_attributes",
     "capture",
@@ -34,6 +36,7 @@ __all__ = [
     "current_episode",
     "emit_reward",
     "feedback",
+    "import_traces",
     "instrument_openai",
     "last_episode",
     "record_call",
