@@ -21,7 +21,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lightning-sdk", description="Train existing AI agents with RL.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    adders = (_add_quickstart, _add_train, _add_memory, _add_report, _add_serve, _add_runner, _add_import)
+    adders = (
+        _add_quickstart,
+        _add_train,
+        _add_sft,
+        _add_memory,
+        _add_report,
+        _add_serve,
+        _add_runner,
+        _add_import,
+    )
     for add in adders:
         add(commands)
 
@@ -205,6 +214,40 @@ def _gpu_memory(args: argparse.Namespace) -> tuple[bool, float | None]:
     if not torch.cuda.is_available():
         return False, None
     return True, torch.cuda.get_device_properties(0).total_memory * 0.9
+
+
+def _add_sft(commands: Commands) -> None:
+    sft = commands.add_parser(
+        "sft",
+        help="Supervised warm start: train the LoRA adapter on the replies of stored episodes.",
+    )
+    sft.add_argument("--store", required=True, help="The episode store (SQLite file) to learn from.")
+    sft.add_argument("--min-reward", type=float, default=None, help="keep episodes with at least this return")
+    sft.add_argument("--epochs", type=int, default=1, help="passes over the samples (default 1)")
+    sft.add_argument("--model", default=None, help="Hugging Face model (default: the bundled 135M model)")
+    sft.add_argument("--config", default=None, help="A JSON file of TrainerConfig fields.")
+    sft.add_argument("--run-dir", default=None, help="Run folder (default: runs/<date-time>).")
+    sft.set_defaults(handler=_run_sft)
+
+
+def _run_sft(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from lightning_sdk.tracing.store import EpisodeStore
+    from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.sft import fit_sft
+
+    fields = json.loads(Path(args.config).read_text()) if args.config else {}
+    if args.run_dir is not None:
+        fields["run_dir"] = args.run_dir
+    with EpisodeStore(args.store) as store:
+        result = fit_sft(
+            args.model, TrainerConfig(**fields), store, min_reward=args.min_reward, epochs=args.epochs
+        )
+    print(f"loss {result.first_loss:.3f} -> {result.last_loss:.3f} over {result.steps} steps")
+    print(f"adapter: {result.adapter_path}  (start GRPO from it: TrainerConfig(init_adapter=...))")
+    return 0
 
 
 def _add_import(commands: Commands) -> None:

@@ -90,6 +90,10 @@ class TrainerConfig:
     """Dropout on the LoRA input. Kept at 0 by default so the trained policy equals the sampled one."""
     lora_target_modules: Sequence[str] | str = DEFAULT_LORA_TARGET_MODULES
     """Module names that receive LoRA adapters, or `"all-linear"`."""
+    init_adapter: str | None = None
+    """A saved adapter folder the LoRA weights start from instead of zero: a supervised warm start
+    (`Trainer.fit_sft`'s `run_dir/adapter`) or an earlier run's adapter. The engine serves it from the
+    first rollout. Its LoRA shape (`lora_rank`, `lora_target_modules`) must match this config's."""
     logit_chunk_tokens: int | None = 512
     """Tokens projected to the vocabulary at once in the training pass: the logits of a long completion
     never exist whole (at their peak 16 bytes per vocabulary entry: 1.2 GiB for 512 tokens of a 150k

@@ -264,6 +264,20 @@ def _check_routes(config: Any) -> str | None:
     return None
 
 
+def _check_init_adapter(config: Any) -> str | None:
+    from lightning_sdk.engine.adapter_folders import is_adapter_folder
+
+    path = config.init_adapter
+    if path is None:
+        return None
+    if not isinstance(path, str) or not is_adapter_folder(path):
+        return (
+            f"init_adapter={path!r} is not a saved adapter folder (one with adapter_model.safetensors, or "
+            "one subfolder per role): pass the run_dir/adapter a run wrote."
+        )
+    return None
+
+
 def _check_roles(config: Any) -> str | None:
     from lightning_sdk.tracing.routing import roles_problem
 
@@ -334,6 +348,7 @@ _CHECKS: list[Check] = [
     _choice("weight_sync"),
     _choice("other_agents"),
     _check_roles,
+    _check_init_adapter,
     _check_report_to,
     _check_runners,
     _check_memory_fields,

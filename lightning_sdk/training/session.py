@@ -118,7 +118,12 @@ class TrainingSession:
         say_step_memory(config, engine.model.path, placement)
         dtype = placement.training_dtype(config.dtype)
         base = load_base_model(engine.model.path, dtype, device=placement.device)
-        policy = distributed.wrap(build_lora_model(base, config, adapters))
+        lora_model = build_lora_model(base, config, adapters)
+        if config.init_adapter is not None:
+            from lightning_sdk.training.update.lora import load_adapter_weights
+
+            load_adapter_weights(lora_model, config.init_adapter)  # the same start on every rank
+        policy = distributed.wrap(lora_model)
         engine_device = str(getattr(engine, "device", "cpu"))
         write_rank_info(
             run_dir, placement.describe(), policy_device=str(base.device), engine_device=engine_device

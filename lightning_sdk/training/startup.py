@@ -28,6 +28,7 @@ __all__ = [
     "check_lora_rank_fits_vllm",
     "runner_protocol_for",
     "say_step_memory",
+    "seed_everything",
     "start_endpoint",
     "start_engine",
 ]
@@ -229,3 +230,15 @@ def runner_protocol_for(
 
     queue, install = runner_protocol(runners, config.episode_timeout_s, config.routes, config.role_adapters())
     return queue, [install], runners.host, runners.port
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators (data order, LoRA initialisation, dropout)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +30,12 @@ from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tas
 from lightning_sdk.training.evaluation import evaluate_agent
 from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
 from lightning_sdk.training.session import TrainingSession
+from lightning_sdk.training.startup import seed_everything
 
 if TYPE_CHECKING:
     from lightning_sdk.engine.types import Engine
+    from lightning_sdk.tracing.store import EpisodeStore
+    from lightning_sdk.training.sft import SFTResult
 
 __all__ = ["FitResult", "Trainer"]
 
@@ -125,7 +127,7 @@ class Trainer:
         if resume and config.run_dir is None:
             raise ValueError("resume=True needs TrainerConfig(run_dir=...) naming the run to continue.")
         run_dir = make_run_dir(config.run_dir)
-        _seed_everything(config.seed)
+        seed_everything(config.seed)
         session = TrainingSession.start(self.model, config, run_dir, self.engine_kind, self.engine_options)
         self.session = session
         try:
@@ -133,6 +135,20 @@ class Trainer:
         finally:
             session.close()
             self.session = None
+
+    def fit_sft(
+        self,
+        episodes: Iterable[Episode] | EpisodeStore,
+        *,
+        min_reward: float | None = None,
+        epochs: int = 1,
+    ) -> SFTResult:
+        """A supervised warm start: train the LoRA adapter on the replies of chosen episodes (those at or
+        above `min_reward`, or all), then start GRPO from it with `TrainerConfig(init_adapter=...)` set
+        to the returned `adapter_path`. See `lightning_sdk.training.sft`."""
+        from lightning_sdk.training.sft import fit_sft
+
+        return fit_sft(self.model, self.config, episodes, min_reward=min_reward, epochs=epochs)
 
     def export_merged(self, path: str | Path, adapter: str | Path | None = None) -> Path:
         """Write a standalone model folder (base weights with the adapter merged) loadable without peft.
@@ -177,6 +193,8 @@ class _Loop:
             balance_by=config.balance_by,
         )
         self.start_step = session.restore(self.cursor) if resume else 0
+        if self.start_step == 0 and config.init_adapter is not None:
+            session.push_weights(0)  # the engine answers with the starting adapter from the first evaluation
         self.result = FitResult(run_dir=session.run_dir, adapter_path=session.adapter_dir)
         self.diagnostics = StepDiagnostics(session.endpoint.base_url)
         if config.dynamic_sampling_rounds and session.world_size > 1:
@@ -316,12 +334,3 @@ def _rollout_metrics(rolled: _StepRollouts) -> dict[str, float]:
 
 def _out_of_time(started: float, budget_s: float | None) -> bool:
     return budget_s is not None and time.perf_counter() - started >= budget_s
-
-
-def _seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)

@@ -33,6 +33,7 @@ __all__ = [
     "AgentFilter",
     "assign_credit",
     "call_agent_name",
+    "calls_with_owner",
     "count_untrained_calls",
     "episode_return",
     "select_trainable_calls",
@@ -132,10 +133,11 @@ def call_agent_name(call: LLMCall, owner: Episode) -> str:
     return call.agent_name or owner.name
 
 
-def _calls_with_owner(episode: Episode) -> list[tuple[LLMCall, Episode]]:
+def calls_with_owner(episode: Episode) -> list[tuple[LLMCall, Episode]]:
+    """Every call of an episode and its sub-agents, with the episode that made it, in start order."""
     pairs = [(call, episode) for call in episode.calls]
     for child in episode.children:
-        pairs.extend(_calls_with_owner(child))
+        pairs.extend(calls_with_owner(child))
     return sorted(pairs, key=lambda pair: pair[0].started_at)
 
 
@@ -194,7 +196,7 @@ def select_trainable_calls(
     matcher = _agent_matcher(train_agents)
     return [
         call
-        for call, owner in _calls_with_owner(episode)
+        for call, owner in calls_with_owner(episode)
         if _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters) is None
     ]
 
@@ -214,7 +216,7 @@ def count_untrained_calls(
     matcher = _agent_matcher(train_agents)
     reasons: Counter[str] = Counter()
     for episode in episodes:
-        for call, owner in _calls_with_owner(episode):
+        for call, owner in calls_with_owner(episode):
             reason = _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters)
             if reason is not None:
                 reasons[reason] += 1

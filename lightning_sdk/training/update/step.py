@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.update.distributed import PolicyModel
 
-__all__ = ["advance", "split_mini_batches", "train_on_samples"]
+__all__ = ["advance", "optimizer_step", "split_mini_batches", "train_on_samples"]
 
 
 def split_mini_batches(samples: list[Sample], count: int) -> list[list[Sample]]:
@@ -105,7 +105,7 @@ def train_on_samples(
     grad_norms: list[float | None] = []
     for batches, old_of_batches in zip(plan, old, strict=True):
         _accumulate_gradients(model, batches, old_of_batches, options, totals)
-        grad_norms.append(_optimizer_step(optimizer, config.max_grad_norm))
+        grad_norms.append(optimizer_step(optimizer, config.max_grad_norm))
     if advance_schedule:
         advance(scheduler)
     return _step_summary(totals, grad_norms, learning_rate, len(samples))
@@ -159,7 +159,7 @@ def _accumulate_gradients(
         totals.add(stats)
 
 
-def _optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float | None:
+def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float | None:
     """Clip the accumulated gradients and step; the gradient norm, or None when it was not finite and the
     update was skipped. The gradients are cleared either way."""
     parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
