@@ -7,6 +7,8 @@ import logging
 import math
 import sqlite3
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,3 +248,33 @@ def test_a_configured_store_that_fills_up_warns_once_and_the_agent_goes_on(tmp_p
     assert len(warnings) == 1 and "Later episodes are not stored" in warnings[0].getMessage()
     assert 20 < store.count() < 120
     ls.configure(store=None)
+
+
+def test_the_tasks_of_recorded_traffic_round_trip_as_a_dataset(tmp_path: Path) -> None:
+    @ls.trace_agent(name="support")
+    def support(task: Any) -> str:
+        return "ok"
+
+    @ls.trace_agent(name="other")
+    def other(task: Any) -> str:
+        return "ok"
+
+    tickets: list[Any] = [
+        {"ticket": 1, "tags": ["refund"]},
+        "a plain question",
+        7,
+        True,
+        {"ticket": 1, "tags": ["refund"]},
+    ]
+    with ls.EpisodeStore(tmp_path / "episodes.db") as store:
+        ls.configure(store=store)
+        try:
+            for ticket in tickets:
+                support(ticket)
+            support(None)  # recorded without a task: not a training task
+            other({"ticket": 2})
+        finally:
+            ls.configure()
+        assert store.tasks(name="support") == tickets[:4]  # equal tasks once, oldest first, as given
+        assert store.tasks(name="support", unique=False) == tickets
+        assert store.tasks() == [*tickets[:4], {"ticket": 2}]

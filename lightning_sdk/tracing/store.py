@@ -17,12 +17,13 @@ refused with a message rather than misread.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from lightning_sdk.tracing.episode import Episode
 
@@ -246,6 +247,36 @@ class EpisodeStore:
         for (data,) in reversed(rows):
             yield Episode.from_json(data)
 
+    def tasks(
+        self,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        since: Time | None = None,
+        until: Time | None = None,
+        unique: bool = True,
+    ) -> list[Any]:
+        """The tasks the matching episodes were run on, oldest first: a training dataset made of the
+        traffic an agent served (`Trainer.fit(agent, store.tasks(name="support"))`).
+
+        A task is the agent's first argument as recorded (`Episode.task`): JSON data (dicts, lists,
+        strings, numbers) comes back equal to what the agent was given. `unique` keeps the first of equal
+        tasks; episodes recorded without a task are skipped."""
+        where, params = _filters(run_id, name, since, until)
+        with self._lock:
+            rows = self._connection.execute(
+                "SELECT json_type(data, '$.task'), json_extract(data, '$.task') FROM episodes "
+                f"{where} ORDER BY started_at, rowid",
+                params,
+            ).fetchall()
+        tasks, seen = [], set()
+        for kind, value in rows:
+            if kind in (None, "null") or (unique and (kind, value) in seen):
+                continue
+            seen.add((kind, value))
+            tasks.append(_json_value(kind, value))
+        return tasks
+
     def count(self, *, run_id: str | None = None, name: str | None = None) -> int:
         """How many episodes match the filters."""
         where, params = _filters(run_id, name, None, None)
@@ -316,3 +347,13 @@ def _filters(
             clauses.append(clause)
             params.append(_timestamp(time))
     return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _json_value(kind: str, value: Any) -> Any:
+    """A value `json_extract` returned, as the JSON it was: objects and arrays come back as JSON text,
+    booleans as 0 and 1."""
+    if kind in ("object", "array"):
+        return json.loads(value)
+    if kind in ("true", "false"):
+        return kind == "true"
+    return value
