@@ -16,6 +16,7 @@ from lightning_sdk.tracing.context import (
 from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.feedback import Feedback, feedback
+from lightning_sdk.tracing.judge import Judge
 from lightning_sdk.tracing.openai_capture import instrument_openai, uninstrument_openai
 from lightning_sdk.tracing.otlp_import import TraceImportError, import_traces
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull, StoreVersionError, UnknownEpisode
@@ -26,6 +27,7 @@ __all__ = [
     "EpisodeStore",
     "EpisodeStoreFull",
     "Feedback",
+    "Judge",
     "LLMCall",
     "StoreVersionError",
     "TraceImportError",

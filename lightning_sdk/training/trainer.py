@@ -28,6 +28,12 @@ from lightning_sdk.training.algorithm.prepare import (
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
 from lightning_sdk.training.evaluation import evaluate_agent
+from lightning_sdk.training.group_rewards import (
+    GroupReward,
+    apply_group_reward,
+    group_reward_metrics,
+    one_at_a_time,
+)
 from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
 from lightning_sdk.training.session import TrainingSession
 from lightning_sdk.training.startup import seed_everything
@@ -98,6 +104,7 @@ class Trainer:
         val_dataset: Any = None,
         reward: Callable[[Any, Any], float] | None = None,
         resume: bool = False,
+        group_reward: GroupReward | None = None,
     ) -> FitResult:
         """Train `agent` on `train_dataset`; see the class docstring.
 
@@ -110,6 +117,9 @@ class Trainer:
             val_dataset: tasks evaluated at the start, every `eval_every` steps and at the end.
             reward: `fn(task, output) -> float` for episodes that recorded no reward themselves.
             resume: continue from the newest checkpoint in `config.run_dir` (same step numbering).
+            group_reward: `fn(task, outputs) -> rewards` scoring a task's group of episodes together, such
+                as `ls.Judge(rubric, model=...)` when there is no reward function
+                (`lightning_sdk.training.group_rewards`); held-out episodes are scored one at a time.
         """
         if agent is None and self.config.runners is None:
             raise TypeError("agent must be your @trace_agent function (None only with runners configured).")
@@ -119,6 +129,8 @@ class Trainer:
             )
         if reward is not None and not callable(reward):
             raise TypeError("reward must be a function fn(task, output) -> float, or None.")
+        if group_reward is not None and not callable(group_reward):
+            raise TypeError("group_reward must be a function fn(task, outputs) -> rewards, such as ls.Judge.")
         config = self.config
         tasks = materialize_tasks(train_dataset, "train_dataset")
         val_tasks = materialize_tasks(val_dataset, "val_dataset") if val_dataset is not None else None
@@ -131,7 +143,7 @@ class Trainer:
         session = TrainingSession.start(self.model, config, run_dir, self.engine_kind, self.engine_options)
         self.session = session
         try:
-            return _Loop(session, agent, tasks, val_tasks, reward, resume).run()
+            return _Loop(session, agent, tasks, val_tasks, reward, resume, group_reward).run()
         finally:
             session.close()
             self.session = None
@@ -175,6 +187,7 @@ class _Loop:
         val_tasks: list[Any] | None,
         reward: Callable[[Any, Any], float] | None,
         resume: bool,
+        group_reward: GroupReward | None = None,
     ) -> None:
         self.session, self.agent, self.val_tasks, self.reward = (
             session,
@@ -182,6 +195,7 @@ class _Loop:
             val_tasks,
             reward,
         )
+        self.group_reward = group_reward
         session.use_runners(agent)
         config = session.config
         self.config = config
@@ -253,6 +267,7 @@ class _Loop:
         )
         stats = session.train(samples_from_groups(trained, config))
         stats.update(_rollout_metrics(rolled))
+        stats.update(group_reward_metrics(self.group_reward))
         stats.update(session.push_weights(step))
         stats["time_rollout_s"] = rollout_s
         stats["time_step_s"] = time.perf_counter() - started
@@ -274,7 +289,11 @@ class _Loop:
             # Later rounds' groups follow the first round's, so task_index stays unique within the step.
             offset = len(rolled.groups)
             rolled.rollouts += [dataclasses.replace(r, task_index=r.task_index + offset) for r in new]
-            rolled.groups += [self.prepare(episodes) for episodes in _group_episodes(new, len(batch))]
+            groups = _group_episodes(new, len(batch))
+            if self.group_reward is not None:
+                for task, episodes in zip(batch, groups, strict=True):
+                    apply_group_reward(self.group_reward, task, episodes)
+            rolled.groups += [self.prepare(episodes) for episodes in groups]
         return rolled
 
     def prepare(self, episodes: list[Episode]) -> PreparedGroup:
@@ -287,8 +306,11 @@ class _Loop:
         session = self.session
         progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
         with session.eval_phase():
+            reward = self.reward
+            if reward is None and self.group_reward is not None:
+                reward = one_at_a_time(self.group_reward)
             metrics, rollouts = evaluate_agent(
-                session, self.agent, self.val_tasks, self.reward, progress.episode_done
+                session, self.agent, self.val_tasks, reward, progress.episode_done
             )
         progress.finish(metrics)
         session.keep_evaluation(step, rollouts)
