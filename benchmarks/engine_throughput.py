@@ -9,13 +9,16 @@ the engine produce the very same tokens and their speeds compare directly):
 - `transformers generate`: plain `model.generate` on a left-padded batch of the same prompts (float32);
 - `LoRA active` (`--lora`): the engine with weight_sync="lora" while a rank-16 adapter is served;
 - `engine direct, <dtype>` (`--dtypes bfloat16 float32`): the engine forced to each dtype, beside the
-  default (`dtype="auto"`, see `lightning_sdk.engine.placement.serving_dtype`).
+  default (`dtype="auto"`, see `lightning_sdk.engine.placement.serving_dtype`);
+- `LoRA, N role adapters` (`--roles N`): weight_sync="lora" with N adapters loaded as roles and the 32
+  requests spread over them round robin (`SamplingParams.adapter`), beside one adapter answering all 32
+  (`TrainerConfig(roles=...)` serves each role this way). `--only-roles` measures just these two rows.
 
 Weight updates: `load_adapter` of a rank-16 adapter on all projections, by merging and pushing the full
 weights (CPU default) and by LoRA hot-load. Only one engine runs at a time. Usage:
 
     python benchmarks/engine_throughput.py [--max-tokens 128] [--repeats 3] [--lora] [--async-llm] \
-        [--dtypes bfloat16 float32]
+        [--dtypes bfloat16 float32] [--roles 4 [--only-roles]]
 """
 
 from __future__ import annotations
@@ -72,11 +75,21 @@ def rates(
     return samples
 
 
-def engine_direct(engine: VLLMEngine, prompts: list[list[int]], max_tokens: int) -> tuple[int, float]:
+def engine_direct(
+    engine: VLLMEngine, prompts: list[list[int]], max_tokens: int, roles: list[str] | None = None
+) -> tuple[int, float]:
+    """Tokens and seconds of the prompts sampled concurrently; with `roles`, request i asks for the adapter
+    of role `roles[i % len(roles)]`."""
+
     async def go() -> int:
         results = await asyncio.gather(
             *(
-                engine.agenerate(p, SamplingParams(max_tokens=max_tokens, seed=i))
+                engine.agenerate(
+                    p,
+                    SamplingParams(
+                        max_tokens=max_tokens, seed=i, adapter=roles[i % len(roles)] if roles else None
+                    ),
+                )
                 for i, p in enumerate(prompts)
             )
         )
@@ -261,6 +274,29 @@ def measure_lora(model: Any, args: argparse.Namespace, options: dict, adapter: P
     return {"rows": rows, "lora_update_s": seconds}
 
 
+def measure_roles(model: Any, args: argparse.Namespace, options: dict, adapter: Path, prompts: list) -> dict:
+    """weight_sync="lora": one adapter answering every request, against `args.roles` role adapters
+    (the same weights under distinct ids, so only the number of adapters in a batch differs)."""
+    count = args.roles
+    engine = VLLMEngine(model, weight_sync="lora", max_lora_rank=16, max_adapters=count + 1, **options)
+    roles = [f"role{index}" for index in range(count)]
+    engine.load_adapter(adapter, version=1)
+    for role in roles:
+        engine.load_adapter(adapter, version=1, role=role)
+    rows = rates(
+        {
+            "LoRA, 1 adapter answers all": lambda c: engine_direct(engine, prompts[:c], args.max_tokens),
+            f"LoRA, {count} role adapters": lambda c: engine_direct(
+                engine, prompts[:c], args.max_tokens, roles
+            ),
+        },
+        args.repeats,
+        (32,),
+    )
+    engine.shutdown()
+    return rows
+
+
 def measure_transformers(model: Any, args: argparse.Namespace, prompts: list) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -292,6 +328,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"adapter update, merged and written in place: {results['merge_update_s']:.3f} s (target < 0.5 s)")
     if results.get("lora_update_s") is not None:
         print(f"adapter update, LoRA hot-load: {results['lora_update_s']:.3f} s")
+    if args.roles and f"LoRA, {args.roles} role adapters" in rows:
+        report_roles(rows, args.roles)
 
 
 def _cell(samples: list[float]) -> str:
@@ -312,6 +350,8 @@ def main() -> None:
     parser.add_argument(
         "--dtypes", nargs="*", default=[], help="also measure the engine in these dtypes (bfloat16 float32)"
     )
+    parser.add_argument("--roles", type=int, default=0, help="also measure N role adapters at once")
+    parser.add_argument("--only-roles", action="store_true", help="measure only the --roles rows")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     args = parser.parse_args()
 
@@ -324,6 +364,9 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         adapter = make_adapter(model.path, Path(tmp) / "adapter")
+        if args.only_roles:
+            measure_only_roles(model, args, options, adapter, load_before)
+            return
         results = measure_vllm(model, args, options, adapter)
         prompts = results.pop("prompts")
         if args.async_llm:
@@ -337,6 +380,10 @@ def main() -> None:
         results["load_before"], results["load_after"] = load_before, os.getloadavg()[0]
         report(results, args)
         save(results, args)
+        if args.roles:
+            results["rows"] |= measure_roles(model, args, options, adapter, prompts)
+            report(results, args)
+            save(results, args)
         if args.lora:  # last, as the slowest part: the table above is already out
             lora = measure_lora(model, args, options, adapter, prompts)
             results["rows"] |= lora["rows"]
@@ -344,6 +391,34 @@ def main() -> None:
             results["load_after"] = os.getloadavg()[0]
             report(results, args)
             save(results, args)
+
+
+def measure_only_roles(
+    model: Any, args: argparse.Namespace, options: dict, adapter: Path, load_before: float
+) -> None:
+    from transformers import AutoTokenizer
+
+    if args.roles < 1:
+        raise SystemExit("--only-roles needs --roles N (N >= 1)")
+    tokenizer = AutoTokenizer.from_pretrained(model.path)
+    prompts = [render(tokenizer, messages) for messages in chats(max(CONCURRENCY))]
+    results = {"rows": measure_roles(model, args, options, adapter, prompts), "load_before": load_before}
+    results["load_after"] = os.getloadavg()[0]
+    print(
+        f"\nmax_tokens={args.max_tokens}; median of {args.repeats} runs (min-max); 1-minute load average "
+        f"{results['load_before']:.1f} before, {results['load_after']:.1f} after\n"
+    )
+    print("| path | 32 chats (tok/s) |\n|---|---:|")
+    for name, samples in results["rows"].items():
+        print(f"| {name} | {_cell(samples[32])} |")
+    report_roles(results["rows"], args.roles)
+    save(results, args)
+
+
+def report_roles(rows: dict[str, dict[int, list[float]]], count: int) -> None:
+    one = statistics.median(rows["LoRA, 1 adapter answers all"][32])
+    several = statistics.median(rows[f"LoRA, {count} role adapters"][32])
+    print(f"\n{count} role adapters / 1 adapter at 32 chats: {several / one:.0%} (target >= 85%)")
 
 
 def save(results: dict[str, Any], args: argparse.Namespace) -> None:

@@ -86,11 +86,15 @@ class ServedAdapters:
         return LoRARequest(f"{role or 'adapter'}-{lora_id}", lora_id, path)
 
     def _swap(self, role: str | None, request: Any) -> None:
-        stale = self._retired.pop(role, None)
-        previous = self._served.pop(role, None)
-        if previous is not None:
-            self._retired[role] = previous
+        # The new request replaces the old one in a single assignment: a request submitted meanwhile from
+        # another thread gets one adapter or the other, never no adapter.
+        previous = self._served.get(role)
         if request is not None:
             self._served[role] = request
+        else:
+            self._served.pop(role, None)
+        stale = self._retired.pop(role, None)
+        if previous is not None:
+            self._retired[role] = previous
         if stale is not None:
             self._call(lambda engine: engine.remove_lora(stale.lora_int_id))
