@@ -1,8 +1,10 @@
 """Peak memory of one training pass against sample length, measured on a CPU with real model shapes, beside
 the sizing rule's estimate (`lightning_sdk.training.update.memory`).
 
-No hub is needed: the model is built with random weights from the published config of Qwen2.5-0.5B or
--1.5B-Instruct (the sizes that decide memory; its outputs are meaningless), or is the bundled SmolLM2-135M.
+No hub is needed: the model is built with random weights from the published config of Qwen2.5-0.5B, -1.5B
+or -3B-Instruct (the sizes that decide memory; its outputs are meaningless), or is the bundled SmolLM2-135M.
+`--dtype bfloat16` builds the weights in bfloat16, as the trainer holds them on a GPU (the LoRA matrices
+stay float32, as peft keeps them).
 Each point runs in a fresh process: it builds the LoRA policy and its optimizer, then runs one sample of
 `--tokens` tokens (a quarter of them completion, as in an agent's call) through `train_on_samples`, and
 records how far the peak resident memory rose above what the process held before the pass. Three
@@ -19,6 +21,7 @@ for the same N), so that long samples of a 1.5B shape fit a 2-core machine's tim
 
     python benchmarks/train_memory.py --shape qwen2.5-1.5b --layers 4 --tokens 1024 2048 4096 8192
     python benchmarks/train_memory.py --shape smollm2-135m --completion 2048 --repeats 3
+    python benchmarks/train_memory.py --shape qwen2.5-3b --layers 4 --dtype bfloat16 --tokens 1024 2048 4096
     python benchmarks/train_memory.py --table   # every stored result, estimates by today's rule, as markdown
 
 Measured on Linux (it reads the resident peak from /proc/self/status).
@@ -59,6 +62,15 @@ PUBLISHED_SHAPES: dict[str, dict[str, Any]] = {
         "vocab_size": 151936,
         "tie_word_embeddings": True,
     },
+    "qwen2.5-3b": {
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+    },
 }
 GPU_SHAPES: dict[str, dict[str, Any]] = {
     # For the estimates on a GPU only (from the models' config.json on the Hub); not built here.
@@ -92,9 +104,9 @@ MODES = {
 
 
 def build_policy(
-    shape: str, layers: int | None, checkpointing: bool, chunk_tokens: int | None
+    shape: str, layers: int | None, checkpointing: bool, chunk_tokens: int | None, dtype: str = "float32"
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """The LoRA policy (r16, every projection) and its config dict, float32 on the CPU."""
+    """The LoRA policy (r16, every projection) and its config dict, its weights in `dtype`, on the CPU."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
 
@@ -113,7 +125,7 @@ def build_policy(
             "num_hidden_layers": layers or PUBLISHED_SHAPES[shape]["num_hidden_layers"],
         }
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(Qwen2Config(**config), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**config), dtype=getattr(torch, dtype))
     trainer_config = TrainerConfig(
         gradient_checkpointing=checkpointing, micro_batch_tokens=None, logit_chunk_tokens=chunk_tokens
     )
@@ -130,7 +142,10 @@ def one_point(point: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(os.cpu_count() or 1)
     chunk, checkpointing = MODES[point["mode"]]
-    policy, config, model_config = build_policy(point["shape"], point.get("layers"), checkpointing, chunk)
+    dtype = point.get("dtype", "float32")
+    policy, config, model_config = build_policy(
+        point["shape"], point.get("layers"), checkpointing, chunk, dtype
+    )
     optimizer, completion = build_optimizer(policy, config), point["completion"]
     scheduler = build_scheduler(optimizer, config)
     generator = torch.Generator().manual_seed(0)
@@ -169,7 +184,7 @@ def estimate(result: dict[str, Any]) -> dict[str, float]:
         ModelShape.from_config(result["model_config"]),
         result["prompt"] + result["completion"],
         completion_tokens=result["completion"],
-        weight_bytes=4,
+        weight_bytes=2 if result.get("dtype") == "bfloat16" else 4,
         gradient_checkpointing=checkpointing,
         chunk_tokens=chunk,
     )
@@ -204,6 +219,7 @@ def main() -> None:
     parser.add_argument("--completion", type=int, default=None, help="completion tokens (default: a quarter)")
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     parser.add_argument("--repeats", type=int, default=1, help="runs per point (the time is their median)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="weights' dtype")
     parser.add_argument("--table", action="store_true", help="write results/train_memory.md and stop")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -224,6 +240,7 @@ def main() -> None:
                 "prompt": tokens - completion,
                 "completion": completion,
                 "mode": mode,
+                "dtype": args.dtype,
             }
             runs = [run_point(point) for _ in range(args.repeats)]
             row = runs[0]
@@ -233,7 +250,8 @@ def main() -> None:
             rows.append(row)
             print(_line(row), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    name = f"train_memory_{args.shape}_{args.layers or 'all'}layers.json"
+    suffix = "" if args.dtype == "float32" else f"_{args.dtype}"
+    name = f"train_memory_{args.shape}_{args.layers or 'all'}layers{suffix}.json"
     (RESULTS / name).write_text(
         json.dumps({"cpu": _cpu(), "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1)
     )
@@ -243,9 +261,9 @@ def main() -> None:
 def write_table() -> str:
     """Every stored measurement beside today's estimate, as `results/train_memory.md`; returns the table."""
     lines = [
-        "| shape | layers | tokens (completion) | pass | measured GiB | estimate GiB | error | seconds "
-        "| CPU, date |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| shape | dtype | layers | tokens (completion) | pass | measured GiB | estimate GiB | error "
+        "| seconds | CPU, date |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for path in sorted(RESULTS.glob("train_memory_*.json")):
         stored = json.loads(path.read_text())
@@ -255,7 +273,8 @@ def write_table() -> str:
             row.update(estimate(row))
             measured, estimated = row["peak_rise_bytes"] / 2**30, row["estimate_bytes"] / 2**30
             lines.append(
-                f"| {row['shape']} | {row['layers'] or 'all'} | {row['prompt'] + row['completion']} "
+                f"| {row['shape']} | {row.get('dtype', 'float32')} | {row['layers'] or 'all'} | "
+                f"{row['prompt'] + row['completion']} "
                 f"({row['completion']}) | {row['mode']} | {measured:.2f} | {estimated:.2f} | "
                 f"{estimated / measured - 1:+.0%} | {row['seconds']:.1f} | "
                 f"{stored['cpu']}, {stored['date']} |"
