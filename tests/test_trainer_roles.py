@@ -44,3 +44,12 @@ def test_serve_routes_each_request_to_the_adapter_its_model_names(report: dict[s
     assert answers["writer"] != answers[base]  # the writer's folder holds an adapter that changes answers
     assert report["unknown_role"]["code"] == "role_not_found"
     assert "its roles are: checker, writer" in report["unknown_role"]["message"]
+
+
+def test_an_engine_that_cannot_serve_the_roles_is_refused_before_the_policy_loads(vllm_engine: Any) -> None:
+    import lightning_sdk as ls
+
+    config = ls.TrainerConfig(roles=["writer", "checker"], progress_bar=False)
+    with pytest.raises(ValueError, match=r"needs an engine that serves 2 LoRA adapters at once .*merge"):
+        ls.Trainer(config=config, engine=vllm_engine).fit(lambda task: task, [{"id": 0}])
+    assert vllm_engine.weight_version is None  # the session's engine, untouched and still serving

@@ -108,7 +108,12 @@ class TrainingSession:
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
         distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
         engine, owns_engine = start_engine(model, config, engine_kind, engine_options, distributed.rank)
-        check_engine_serves_roles(engine, config, distributed.world_size)
+        try:
+            check_engine_serves_roles(engine, config, distributed.world_size)
+        except ValueError:
+            if owns_engine:
+                engine.shutdown()
+            raise
         roles = config.role_adapters()
         adapters = roles.adapters if roles is not None else None
         queue, routes, host, port = runner_protocol_for(config, distributed)
