@@ -88,7 +88,7 @@ class TrainingSession:
     changed_roles: list[str] | None = None
     """The role adapters the last update changed (None: all of them, as after a resume)."""
     warned_idle_roles: set[str] = field(default_factory=set)
-    """Roles already warned about making no trained call in a step (each is warned about once)."""
+    """Roles already warned about making no call in a step (each is warned about once)."""
 
     @classmethod
     def start(
@@ -311,14 +311,16 @@ class TrainingSession:
         samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if self.roles is not None:
-            stats = self._train_each_role(samples, pad)
+            stats = self._train_each_role(samples, pad, prepared.metrics)
         else:
             stats = train_on_samples(
                 self.policy_model, self.optimizer, self.scheduler, samples, self.config, pad
             )
         return {**prepared.metrics, **stats, "time_train_s": time.perf_counter() - started}
 
-    def _train_each_role(self, samples: list[Any], pad: int) -> dict[str, float]:
+    def _train_each_role(
+        self, samples: list[Any], pad: int, step_metrics: dict[str, Any]
+    ) -> dict[str, float]:
         from lightning_sdk.training.update.roles import train_each_role
 
         assert self.roles is not None
@@ -327,14 +329,17 @@ class TrainingSession:
             model, self.optimizer, self.scheduler, samples, self.config, self.roles.adapters, pad
         )
         self.changed_roles = update.changed
-        new_idle = [role for role in update.idle if role not in self.warned_idle_roles]
-        if new_idle:
-            self.warned_idle_roles.update(new_idle)
+        # A role whose calls were all in groups without a reward spread trains nothing this step, as any
+        # call would; a role that made no call at all is a name that matches no agent: say so, once.
+        silent = [role for role in update.idle if not step_metrics.get(f"calls/{role}")]
+        new_silent = [role for role in silent if role not in self.warned_idle_roles]
+        if new_silent:
+            self.warned_idle_roles.update(new_silent)
             log.warning(
-                "role(s) %s made no trained call this step; the other roles trained. Check that an agent of "
-                "that name calls the model, or route its calls with TrainerConfig(routes={'agent:<name>': "
+                "role(s) %s made no call this step; the other roles trained. Check that an agent of that "
+                "name calls the model, or route its calls with TrainerConfig(routes={'agent:<name>': "
                 "'<role>'}) (the metric calls/<role> counts each role's calls; warned once per role).",
-                ", ".join(repr(role) for role in new_idle),
+                ", ".join(repr(role) for role in new_silent),
             )
         return update.metrics
 
