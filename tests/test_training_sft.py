@@ -67,8 +67,14 @@ def test_episodes_are_chosen_by_return_and_calls_by_agent(tokenizer: Any) -> Non
 
 
 def test_a_missing_init_adapter_is_refused_when_the_config_is_built(tmp_path: Path) -> None:
+    from lightning_sdk.training.update.lora import save_adapter
+    from tests.fixtures.training import tiny_lora_model
+
     with pytest.raises(ValueError, match=r"init_adapter=.* is not a saved adapter folder"):
         ls.TrainerConfig(init_adapter=str(tmp_path / "nothing"))
+    folder = save_adapter(tiny_lora_model()[0], tmp_path / "adapter")
+    config = ls.TrainerConfig(init_adapter=folder)  # a Path, as fit_sft returns it
+    assert config.init_adapter == str(folder) and config.to_dict()["init_adapter"] == str(folder)
 
 
 @pytest.mark.slow
@@ -115,7 +121,7 @@ def test_sft_makes_the_reply_likelier_and_grpo_starts_from_it(
         return reply.choices[0].message.content or ""
 
     grpo = ls.TrainerConfig(
-        init_adapter=str(result.adapter_path),
+        init_adapter=result.adapter_path,  # a Path, as fit_sft returns it
         run_dir=str(tmp_path / "grpo"),
         max_steps=1,
         batch_size=1,

@@ -7,6 +7,7 @@ matters and what to set instead, so a run never fails an hour in because of a ty
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -90,7 +91,7 @@ class TrainerConfig:
     """Dropout on the LoRA input. Kept at 0 by default so the trained policy equals the sampled one."""
     lora_target_modules: Sequence[str] | str = DEFAULT_LORA_TARGET_MODULES
     """Module names that receive LoRA adapters, or `"all-linear"`."""
-    init_adapter: str | None = None
+    init_adapter: str | os.PathLike[str] | None = None
     """A saved adapter folder the LoRA weights start from instead of zero: a supervised warm start
     (`Trainer.fit_sft`'s `run_dir/adapter`) or an earlier run's adapter. The engine serves it from the
     first rollout. Its LoRA shape (`lora_rank`, `lora_target_modules`) must match this config's."""
@@ -253,6 +254,8 @@ class TrainerConfig:
             self.train_agents = tuple(self.train_agents)
         if isinstance(self.roles, (list, tuple)):
             self.roles = tuple(self.roles)
+        if isinstance(self.init_adapter, os.PathLike):  # `fit_sft(...).adapter_path` is a Path
+            self.init_adapter = os.fspath(self.init_adapter)
         if isinstance(self.routes, Mapping):
             self.routes = dict(self.routes)  # a copy: the caller's dict may change after the run starts
         if isinstance(self.runners, Mapping):  # from a JSON config file (`lightning-sdk train --config`)
