@@ -41,6 +41,8 @@ EXAMPLES: dict[str, str] = {
     "calc_autogen": "calculator (AutoGen), `examples/calc_autogen/train.py`",
     "sql_langchain": "text-to-SQL (LangChain / LangGraph), `examples/sql_langchain/train.py`",
     "rag_openai_agents": "retrieval QA (OpenAI Agents SDK), `examples/rag_openai_agents/train.py`",
+    "quickstart_distilled": "the quickstart after SFT on a teacher's recorded traffic (`from_traffic.py`)",
+    "quickstart_judged": "the quickstart rewarded by the bundled model as judge (`from_traffic.py`)",
 }
 
 
@@ -67,6 +69,12 @@ def train_one(
         from lightning_sdk.examples.rag_openai_agents.train import train as train_rag
 
         return train_rag(data_seed=seed, seed=seed, **common)
+    if example in ("quickstart_distilled", "quickstart_judged"):
+        import from_traffic  # benchmarks/, beside this script
+
+        arm = from_traffic.distilled if example == "quickstart_distilled" else from_traffic.judged
+        common.pop("steps", None)
+        return arm(seed, Path(common.pop("run_dir")), **common)
     raise ValueError(f"unknown example {example!r}; choose from {sorted(EXAMPLES)}")
 
 
@@ -97,6 +105,7 @@ def run_worker(args: argparse.Namespace) -> None:
         "rollout_rounds": mean(
             [record["rollout_rounds"] for record in history if "rollout_rounds" in record]
         ),
+        "extra": summary.get("extra") or {},
         "held_out": held_out_details(args.example, run_dir),
         "training_rollouts": training_details(args.example, run_dir),
         "engine_dtype": read_run_info(run_dir)["starts"][-1].get("engine_dtype"),
@@ -305,6 +314,7 @@ def write_table(command: str) -> None:
                 f"{result['steps']} steps; load average at the end {result['load_average_at_end']:.1f}; "
                 f"commit {result['commit']}; CPU: {result.get('cpu', 'not recorded')}; "
                 f"held-out after: {details}"
+                + (f"; {json.dumps(result['extra'], sort_keys=True)}" if result.get("extra") else "")
             )
         plot(label, example, results)
     TABLE.write_text("\n".join(lines) + "\n")

@@ -114,9 +114,16 @@ def test_a_training_step_rewarded_by_a_judge(
         progress_bar=False,
     )
     tasks = [{"question": "What is 2 + 2?"}, {"question": "What is 3 + 3?"}]
-    ls.Trainer(config=config, engine=vllm_engine).fit(solver, tasks, group_reward=judge)
-    [step] = [record for record in read_metrics(tmp_path / "run") if "reward_mean" in record]
+    held_out = [{"question": "What is 4 + 4?"}]
+    ls.Trainer(config=config, engine=vllm_engine).fit(
+        solver, tasks, held_out, group_reward=judge, val_reward=lambda task, output: 0.25
+    )
+    metrics = read_metrics(tmp_path / "run")
+    [step] = [record for record in metrics if "reward_mean" in record]
     assert step["judge_calls"] == 2 and step["judge_failures"] == 0
     assert step["reward_mean"] == pytest.approx(0.5) and step["groups_skipped_no_spread"] == 0
+    # Held-out episodes are scored by val_reward, not by the judge (which saw two groups, not more).
+    evaluations = [record["val_reward"] for record in metrics if "val_reward" in record]
+    assert evaluations and all(value == 0.25 for value in evaluations)
     with ls.EpisodeStore(tmp_path / "run" / "episodes.sqlite") as store:
         assert sorted(episode.rewards["judge"] for episode in store.episodes()) == [0.1, 0.1, 0.9, 0.9]

@@ -33,7 +33,15 @@ import lightning_sdk as ls
 from lightning_sdk.examples.calc_autogen.calculator import calculator
 from lightning_sdk.integrations.autogen import instrument_autogen
 
-__all__ = ["AGENT_NAME", "MAX_TOKENS", "SYSTEM_MESSAGE", "answer_reward", "final_answer", "solve"]
+__all__ = [
+    "AGENT_NAME",
+    "MAX_TOKENS",
+    "SYSTEM_MESSAGE",
+    "answer",
+    "answer_reward",
+    "final_answer",
+    "solve",
+]
 
 AGENT_NAME = "math_solver"
 """The AutoGen agent's name: its LLM calls are recorded (and can be trained) under this name."""
@@ -137,15 +145,21 @@ def build_agent(model_client: OpenAIChatCompletionClient) -> AssistantAgent:
     )
 
 
-@ls.trace_agent(name="calc_autogen")
-async def solve(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> str | None:
-    """Run the assistant on one word problem; score its final message; return that message."""
+async def answer(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> str | None:
+    """Run the assistant on one word problem and return its final message, unscored (for training with
+    a judge instead of `answer_reward`: `benchmarks/learning.py`'s judged run traces this one)."""
     instrument_autogen()  # idempotent; records each model call under the AutoGen agent's name
     model_client = _model_client(llm)
     try:
         result = await build_agent(model_client).run(task=task["question"])
     finally:
         await model_client.close()
-    final = result.messages[-1].to_text() if result.messages else None
+    return result.messages[-1].to_text() if result.messages else None
+
+
+@ls.trace_agent(name="calc_autogen")
+async def solve(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> str | None:
+    """Run the assistant on one word problem; score its final message; return that message."""
+    final = await answer(task, llm)
     answer_reward(task, final)
     return final

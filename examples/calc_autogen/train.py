@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,9 @@ def train(
     report: bool = True,
     curve_to: str | Path | None = None,
     model: str | None = None,
+    agent: Callable[..., Any] | None = None,
+    group_reward: Callable[[Any, list[Any]], Any] | None = None,
+    val_reward: Callable[[Any, Any], float] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Train the calculator agent; return base and trained held-out reward, wall time and the run paths.
@@ -58,6 +62,9 @@ def train(
         report: write `report.html` (and the curve PNGs) into the run folder.
         curve_to: copy the validation curve PNG there (e.g. `examples/calc_autogen/reward_curve.png`).
         model: `None` for the bundled SmolLM2-135M-Instruct, or a Hugging Face folder or Hub id.
+        agent: the agent to train (default: `agent.solve`, which scores itself with `answer_reward`).
+        group_reward: a judge scoring each group of attempts (`Trainer.fit(group_reward=...)`).
+        val_reward: scores held-out episodes that scored nothing themselves (`Trainer.fit(val_reward=...)`).
         overrides: any other `TrainerConfig` field (e.g. `dynamic_sampling_rounds=2`).
     """
     from lightning_sdk.examples.calc_autogen.agent import MAX_TOKENS, solve
@@ -82,7 +89,9 @@ def train(
         **overrides,
     )
     started = time.perf_counter()
-    result = Trainer(model, config=config, engine=engine).fit(solve, train_tasks, val_dataset=test_tasks)
+    result = Trainer(model, config=config, engine=engine).fit(
+        agent or solve, train_tasks, test_tasks, group_reward=group_reward, val_reward=val_reward
+    )
     wall_time_s = time.perf_counter() - started
     return {**summarize_fit(result, report=report, curve_to=curve_to), "wall_time_s": wall_time_s}
 

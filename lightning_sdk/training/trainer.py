@@ -105,6 +105,7 @@ class Trainer:
         reward: Callable[[Any, Any], float] | None = None,
         resume: bool = False,
         group_reward: GroupReward | None = None,
+        val_reward: Callable[[Any, Any], float] | None = None,
     ) -> FitResult:
         """Train `agent` on `train_dataset`; see the class docstring.
 
@@ -120,6 +121,9 @@ class Trainer:
             group_reward: `fn(task, outputs) -> rewards` scoring a task's group of episodes together, such
                 as `ls.Judge(rubric, model=...)` when there is no reward function
                 (`lightning_sdk.training.group_rewards`); held-out episodes are scored one at a time.
+            val_reward: `fn(task, output) -> float` for held-out episodes that recorded no reward
+                themselves (default: `reward`, else the group reward one attempt at a time). Useful when
+                training is judged but a small labelled held-out set can be scored exactly.
         """
         if agent is None and self.config.runners is None:
             raise TypeError("agent must be your @trace_agent function (None only with runners configured).")
@@ -131,6 +135,8 @@ class Trainer:
             raise TypeError("reward must be a function fn(task, output) -> float, or None.")
         if group_reward is not None and not callable(group_reward):
             raise TypeError("group_reward must be a function fn(task, outputs) -> rewards, such as ls.Judge.")
+        if val_reward is not None and not callable(val_reward):
+            raise TypeError("val_reward must be a function fn(task, output) -> float.")
         config = self.config
         tasks = materialize_tasks(train_dataset, "train_dataset")
         val_tasks = materialize_tasks(val_dataset, "val_dataset") if val_dataset is not None else None
@@ -143,7 +149,8 @@ class Trainer:
         session = TrainingSession.start(self.model, config, run_dir, self.engine_kind, self.engine_options)
         self.session = session
         try:
-            return _Loop(session, agent, tasks, val_tasks, reward, resume, group_reward).run()
+            loop = _Loop(session, agent, tasks, val_tasks, reward, resume, group_reward, val_reward)
+            return loop.run()
         finally:
             session.close()
             self.session = None
@@ -188,6 +195,7 @@ class _Loop:
         reward: Callable[[Any, Any], float] | None,
         resume: bool,
         group_reward: GroupReward | None = None,
+        val_reward: Callable[[Any, Any], float] | None = None,
     ) -> None:
         self.session, self.agent, self.val_tasks, self.reward = (
             session,
@@ -196,6 +204,9 @@ class _Loop:
             reward,
         )
         self.group_reward = group_reward
+        self.val_reward = val_reward or reward
+        if self.val_reward is None and group_reward is not None:
+            self.val_reward = one_at_a_time(group_reward)
         session.use_runners(agent)
         config = session.config
         self.config = config
@@ -306,11 +317,8 @@ class _Loop:
         session = self.session
         progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
         with session.eval_phase():
-            reward = self.reward
-            if reward is None and self.group_reward is not None:
-                reward = one_at_a_time(self.group_reward)
             metrics, rollouts = evaluate_agent(
-                session, self.agent, self.val_tasks, reward, progress.episode_done
+                session, self.agent, self.val_tasks, self.val_reward, progress.episode_done
             )
         progress.finish(metrics)
         session.keep_evaluation(step, rollouts)
