@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -345,6 +346,37 @@ def test_gateway_records_responses_calls_and_passes_embeddings_through(
     assert first.completion_token_ids == whole.output[0].model_extra["token_ids"]  # the exact ids it served
     assert second.text == streamed.output_text and second.completion_token_ids
     assert first.prompt_token_ids and first.trainable and second.trainable
+
+
+def test_gateway_records_anthropic_messages_calls(protocol_server) -> None:
+    # An agent on Anthropic's client, pointed at its lease's gateway: without `/v1`, which the client appends.
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    http = httpx.Client(
+        base_url=root, headers={"x-api-key": key}, timeout=60
+    )  # the key as Anthropic sends it
+    [rollout_id] = queue.submit([RolloutSpec("m0", {"question": "Name a colour."})])
+    lease = http.post("/v1/rollouts/lease", json={"runner": "anthropic", "wait_s": 1}).json()
+    gateway = lease["gateway_base_url"].removesuffix("/v1")
+    client = anthropic.Anthropic(base_url=gateway, api_key=key, max_retries=0)
+    messages = [{"role": "user", "content": lease["task"]["question"]}]
+    counted = client.messages.count_tokens(model="default", messages=messages)
+    message = client.messages.create(
+        model="default", max_tokens=8, messages=messages, extra_body={"temperature": 0}
+    )
+    gone = anthropic.Anthropic(base_url=f"{root}/rollouts/m0/not-the-lease", api_key=key, max_retries=0)
+    with pytest.raises(anthropic.ConflictError) as lost:
+        gone.messages.create(model="default", max_tokens=2, messages=messages)
+    assert lost.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    done = http.post(f"/v1/rollouts/{rollout_id}/reward", json={"lease_id": lease["lease_id"], "reward": 1.0})
+    assert done.json() == {"stored": True, "calls": 1}  # the message; counting tokens is not an LLM call
+    [outcome] = queue.wait([rollout_id], timeout_s=5)
+    [call] = ls.Episode.from_dict(outcome.episode).calls
+    assert call.metadata["api"] == "messages" and call.messages == messages and call.trainable
+    assert call.prompt_token_ids == message.model_extra["prompt_token_ids"]
+    assert len(call.prompt_token_ids) == counted.input_tokens
+    assert call.completion_token_ids == message.model_extra["token_ids"]  # the exact ids it served
+    assert call.text == message.content[0].text
 
 
 def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(

@@ -5,8 +5,8 @@ models that validate bodies) and generates requests for every route: bodies that
 (positive) and bodies that break it (negative: wrong types, missing fields, out-of-range values).
 Hypothesis adds what no schema describes: bodies that are not JSON objects, not JSON or not UTF-8,
 unknown paths and methods, missing or wrong keys. For every request the server must answer within the
-timeout with a 2xx, or a 4xx whose body is an OpenAI error object; never a 5xx. Afterwards it still
-serves, and a greedy request gives the same token ids as before the fuzz.
+timeout, or a 4xx whose body is an OpenAI error object (Anthropic's on the Messages routes); never a
+5xx. Afterwards it still serves, and a greedy request gives the same token ids as before the fuzz.
 
 Generation is deterministic so CI runs the same cases every time; set `LIGHTNING_SDK_FUZZ_SEED` to
 explore new ones (the property holds for any seed) and `LIGHTNING_SDK_FUZZ_EXAMPLES` for more of them.
@@ -87,18 +87,27 @@ def greedy(http: httpx.Client) -> dict[str, Any]:
     return response.json()
 
 
-def check_answer(response: Any, path: str) -> None:
-    """The property: 2xx, or 4xx with an OpenAI error object; never 5xx. `response` is httpx's or
-    Schemathesis's (both have `status_code`, `headers` and `text`)."""
+def is_messages(path: str) -> bool:
+    """Anthropic's Messages routes answer in Anthropic's shapes."""
+    return path.startswith("/v1/messages")
+
+
+def check_answer(response: Any, path: str, anthropic: bool = False) -> None:
+    """The property: 2xx, or 4xx with an OpenAI error object (Anthropic's when `anthropic`); never 5xx.
+    `response` is httpx's or Schemathesis's (both have `status_code`, `headers` and `text`)."""
     tried[path] = tried.get(path, 0) + 1
     statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
     content_type = response.headers.get("content-type", "")
     content_type = content_type[0] if isinstance(content_type, list) else content_type
     assert response.status_code < 500, f"{response.status_code} on {path}: {response.text[:500]}"
     if response.status_code >= 400:
-        error = json.loads(response.text)["error"]
-        assert set(error) == ERROR_FIELDS and isinstance(error["message"], str) and error["message"]
-        assert isinstance(error["type"], str)
+        body = json.loads(response.text)
+        error = body["error"]
+        if anthropic:
+            assert body["type"] == "error" and set(error) == {"type", "message"}
+        else:
+            assert set(error) == ERROR_FIELDS
+        assert isinstance(error["message"], str) and error["message"] and isinstance(error["type"], str)
         return
     if content_type.startswith("text/event-stream"):
         # SSE lines end at CR, LF or CRLF only: str.splitlines() would also split an event whose text holds
@@ -112,10 +121,18 @@ def check_answer(response: Any, path: str) -> None:
                 final = json.loads(events[-1])["type"]
                 assert final in ("response.completed", "response.incomplete", "error")
                 events.append("[DONE]")
+            elif anthropic:  # so do Messages streams
+                assert json.loads(events[-1])["type"] in ("message_stop", "error")
+                events.append("[DONE]")
             assert events and events[-1] == "[DONE]", response.text[-300:]
         for event in events:
             if event != "[DONE]":
                 json.loads(event)  # every event is JSON: a chunk, or an error object if the engine failed
+    elif path == "POST /v1/messages":  # a Message: content blocks and the token ids
+        answer = json.loads(response.text)
+        assert answer["type"] == "message" and answer["prompt_token_ids"] and "token_ids" in answer
+    elif path == "POST /v1/messages/count_tokens":
+        assert json.loads(response.text)["input_tokens"] > 0
     elif path == "POST /v1/responses":  # a Response: output items and the prompt's token ids
         answer = json.loads(response.text)
         assert answer["object"] == "response" and answer["output"] and answer["prompt_token_ids"]
@@ -133,6 +150,8 @@ def test_the_server_describes_its_routes(http: httpx.Client, before_fuzz: dict[s
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
         "/v1/models",
         "/health",
     }
@@ -184,7 +203,7 @@ def test_every_generated_request_gets_a_2xx_or_an_openai_4xx(api_cases: Any, ser
     def fuzz(case: Any) -> None:
         # Schemathesis serialises the body (a negative case may not be JSON at all).
         response = case.call(base_url=root, headers={"Authorization": f"Bearer {KEY}"}, timeout=TIMEOUT_S)
-        check_answer(response, f"{case.method} {case.path}")
+        check_answer(response, f"{case.method} {case.path}", anthropic=is_messages(case.path))
 
     fuzz()
 
@@ -204,6 +223,8 @@ json_values = st.recursive(
             "/v1/chat/completions",
             "/v1/completions",
             "/v1/responses",
+            "/v1/messages",
+            "/v1/messages/count_tokens",
             "/v1/models",
             "/health",
             "/v1/nope",
@@ -220,7 +241,8 @@ def test_raw_bodies_methods_paths_and_keys_get_an_openai_answer(
     http: httpx.Client, path: str, method: str, raw: bytes, authorization: str
 ) -> None:
     headers = {"Authorization": authorization}
-    check_answer(http.request(method, path, content=raw, headers=headers), f"{method} (raw)")
+    response = http.request(method, path, content=raw, headers=headers)
+    check_answer(response, f"{method} (raw)", anthropic=is_messages(path))
 
 
 def test_after_the_fuzz_the_server_serves_the_same_tokens(http: httpx.Client, before_fuzz: dict) -> None:

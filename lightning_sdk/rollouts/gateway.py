@@ -8,8 +8,8 @@ one per recorded call) to `/v1/rollouts/<rollout id>/reward`, which completes th
 
 The record of a call is made from what the serving layer served (`ServedCall`: plain data, the token ids
 included), never by reading the response back. Only the request half differs between APIs: a Responses
-request is recorded in chat terms (`responses_request_record`), so credit assignment and training treat it
-like a chat call.
+request is recorded in chat terms (`responses_request_record`), and so is an Anthropic Messages request
+(`messages_request_record`), so credit assignment and training treat them like a chat call.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from lightning_sdk.rollouts.queue import RolloutQueue
 from lightning_sdk.rollouts.schemas import Lease, RewardReport
 from lightning_sdk.serving.served import ApiKind, ServedCall, ServedChoice, ServedObserver
+from lightning_sdk.tracing.anthropic_calls import messages_request_record
 from lightning_sdk.tracing.episode import Episode, LLMCall, new_id
 from lightning_sdk.tracing.errors import never_break_the_agent
 from lightning_sdk.tracing.openai_calls import request_record
@@ -33,10 +34,12 @@ __all__ = ["REQUEST_RECORDS", "GatewayRecorder", "RequestRecord", "RewardReport"
 RequestRecord = Callable[[Mapping[str, Any], str | None, float], LLMCall]
 """The request half of a call's record: `(body, base_url, started_at) -> LLMCall`."""
 
+
 REQUEST_RECORDS: Mapping[ApiKind, RequestRecord] = {
     "chat": lambda body, base_url, started_at: request_record("chat", body, base_url, started_at),
     "completion": lambda body, base_url, started_at: request_record("completion", body, base_url, started_at),
     "responses": responses_request_record,
+    "messages": messages_request_record,
 }
 """How each API's request is recorded."""
 

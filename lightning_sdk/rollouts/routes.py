@@ -16,14 +16,15 @@ Rollouts (`/v1/rollouts`):
 - `GET /v1/rollouts`: how many open rollouts are pending, leased and done (`QueueStats`).
 
 The gateway (`/rollouts/<id>/<lease id>/v1`, see `lightning_sdk.rollouts.gateway`): `chat/completions`,
-`completions` and `responses` are answered by the same code as on `/v1` and recorded into the lease's
-episode; `GET models` as on `/v1`; anything else (an agent's embeddings) passes through as on `/v1`, not
-recorded. Every request there needs the lease, and renews it.
+`completions`, `responses` and Anthropic's `messages` are answered by the same code as on `/v1` and recorded
+into the lease's episode; `GET models` and `messages/count_tokens` as on `/v1`, not recorded; anything else
+(an agent's embeddings) passes through as on `/v1`, not recorded. Every request there needs the lease, and
+renews it. (An Anthropic client takes the gateway base URL without its `/v1`: it appends `/v1/messages`.)
 
-Refusals are OpenAI-style error objects: 400 for a body that does not validate (`param` names the field),
-401 for a wrong key, 404 for a rollout that is not open, 409 for a lease that no longer holds the rollout,
-410 (`training_over`) once the trainer closed the queue, 413 for a body over its size limit. Nothing already
-stored changes on a refused request.
+Refusals are OpenAI-style error objects (Anthropic's on the gateway's Messages paths): 400 for a body that
+does not validate (`param` names the field), 401 for a wrong key, 404 for a rollout that is not open, 409 for
+a lease that no longer holds the rollout, 410 (`training_over`) once the trainer closed the queue, 413 for a
+body over its size limit. Nothing already stored changes on a refused request.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from lightning_sdk.rollouts.schemas import (
     explain,
 )
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.serving.openai_api import API_PATHS, OpenAIAPI, openai_api
+from lightning_sdk.serving.openai_api import API_PATHS, COUNT_TOKENS_PATH, OpenAIAPI, openai_api
 from lightning_sdk.serving.passthrough import PASSTHROUGH_METHODS
 from lightning_sdk.serving.served import ApiKind
 from lightning_sdk.tracing.routing import ROLE_HEADER, Roles
@@ -170,6 +171,11 @@ def gateway_router(api: OpenAIAPI, queue: RolloutQueue, recorder: GatewayRecorde
     @router.get("/models")
     async def models() -> dict[str, Any]:
         return api.models()
+
+    @router.post(COUNT_TOKENS_PATH)
+    async def count_tokens(request: Request) -> dict[str, Any]:
+        body = await _read_object(request, MAX_EPISODE_BYTES)
+        return api.count_tokens(body, role=request.headers.get(ROLE_HEADER))
 
     @router.api_route("/{path:path}", methods=PASSTHROUGH_METHODS, include_in_schema=False)
     async def other(path: str, request: Request) -> Any:

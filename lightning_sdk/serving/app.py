@@ -1,9 +1,11 @@
-"""The OpenAI-compatible FastAPI app over any `Engine`.
+"""The OpenAI-compatible FastAPI app over any `Engine`, which also speaks Anthropic's Messages API.
 
-Endpoints: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/responses`
-(all with a bearer key), and `GET /health` and `GET /openapi.json` (no key). Any other `/v1/...` request
-passes through to an upstream API, or gets a 404 that says how to name one. Every error is an OpenAI error
-object with a 4xx/5xx status; the app never leaves a connection hanging when the engine fails.
+Endpoints: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/responses`,
+`POST /v1/messages` and `POST /v1/messages/count_tokens` (all with the key, as a bearer token or in
+`x-api-key`), and `GET /health` and `GET /openapi.json` (no key). Any other `/v1/...` request passes through
+to an upstream API, or gets a 404 that says how to name one. Every error is an OpenAI error object with a
+4xx/5xx status, or Anthropic's error object on the Messages paths; the app never leaves a connection hanging
+when the engine fails.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.chat_template import template_supports_tools
 from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext
-from lightning_sdk.serving.errors import APIError, error_body
+from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.messages_errors import is_messages_path, messages_error
 from lightning_sdk.serving.openai_api import OpenAIAPI, install_openai_routes
 from lightning_sdk.serving.openapi import openapi_document
 from lightning_sdk.serving.passthrough import (
@@ -84,22 +87,29 @@ def create_app(
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Every failure becomes an OpenAI error object with its status."""
+    """Every failure becomes an error object with its status: OpenAI's, or Anthropic's on the Messages
+    paths (wherever they are mounted: the key and lease checks run before the route)."""
 
     @app.exception_handler(APIError)
-    async def api_error(_: Request, error: APIError) -> JSONResponse:
-        return JSONResponse(error.body(), status_code=error.status)
+    async def api_error(request: Request, error: APIError) -> JSONResponse:
+        return _error_response(request, error)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
-            error_body(str(error.detail), "invalid_request_error"), status_code=error.status_code
-        )
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        return _error_response(request, APIError(error.status_code, str(error.detail)))
 
     @app.exception_handler(Exception)
-    async def unexpected(_: Request, error: Exception) -> JSONResponse:
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
         log.exception("request failed", exc_info=error)
-        return JSONResponse(error_body(f"Internal error: {error}", "server_error"), status_code=500)
+        return _error_response(request, APIError(500, f"Internal error: {error}", type="server_error"))
+
+
+def _error_response(request: Request, error: APIError) -> JSONResponse:
+    if is_messages_path(request.url.path):
+        body = messages_error(error.status, error.message).model_dump()
+    else:
+        body = error.body()
+    return JSONResponse(body, status_code=error.status)
 
 
 def install_info_routes(app: FastAPI, ctx: ServingContext) -> None:

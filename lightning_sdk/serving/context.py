@@ -104,11 +104,19 @@ class ServingContext:
         return self.engine.tokenizer
 
     def authorize(self, request: Request) -> None:
+        """Raise a 401 unless the request carries the key: as a bearer token (OpenAI clients) or in
+        `x-api-key` (Anthropic's clients)."""
         if self.api_key is None:
             return
-        given = request.headers.get("authorization", "")
-        if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].strip(), self.api_key):
-            raise APIError.unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>'.")
+        bearer = request.headers.get("authorization", "")
+        given = [bearer[7:].strip()] if bearer.startswith("Bearer ") else []
+        given += request.headers.getlist("x-api-key")
+        expected = self.api_key.encode()
+        # Bytes: compare_digest refuses str with non-ASCII characters, which a header may hold.
+        if not any(hmac.compare_digest(key.encode(), expected) for key in given):
+            raise APIError.unauthorized(
+                "Missing or incorrect API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+            )
 
     async def read_json(self, request: Request) -> Any:
         """The authorized request's JSON body."""
@@ -123,14 +131,19 @@ class ServingContext:
     def parse(self, body: Any, cls: type) -> Any:
         """A JSON body validated as `cls`, for a model this server serves."""
         parsed = parse_request(cls, body)
+        self.check_model(parsed.model)
+        return parsed
+
+    def check_model(self, model: str) -> None:
+        """A 404 unless this server serves `model` (its name, an alias, a role, or any with the policy's
+        `accept_any_model`)."""
         if (
-            parsed.model != self.served
-            and parsed.model not in MODEL_ALIASES
-            and parsed.model not in self.roles
+            model != self.served
+            and model not in MODEL_ALIASES
+            and model not in self.roles
             and not self.policy.accept_any_model
         ):
-            raise APIError.model_not_found(parsed.model, self.served)
-        return parsed
+            raise APIError.model_not_found(model, self.served)
 
     def params_for(
         self, request: ChatRequest | CompletionRequest, prompt_len: int, top: int, asked: int | None
@@ -150,10 +163,11 @@ class ServingContext:
             raise APIError.bad_request(str(error), param="prompt") from None
         return params
 
-    def prepare_chat(self, req: ChatRequest) -> PreparedChat:
+    def render_prompt(self, req: ChatRequest) -> tuple[list[int], list[dict[str, Any]], str]:
+        """A chat request's prompt token ids, the tools the model is told about, and the forced opening
+        of a call (already at the end of the prompt)."""
         tools = validate_tools(req.tools)  # checked even when tool_choice="none", as OpenAI does
-        hermes = self.tool_parser.name == HERMES
-        if not hermes and tools and req.tool_choice not in (None, "auto", "none"):
+        if self.tool_parser.name != HERMES and tools and req.tool_choice not in (None, "auto", "none"):
             raise APIError.bad_request(
                 f"tool_choice={req.tool_choice!r} needs the server's default tool format (hermes); this "
                 f"server reads {self.tool_parser.name!r} calls. Send tool_choice 'auto' or 'none'.",
@@ -162,7 +176,11 @@ class ServingContext:
         prefix = tool_choice_prefix(req.tool_choice, tools)
         if req.tool_choice == "none":
             tools = []  # the model is not told about them, so it cannot call one
-        prompt = render_chat(self.tokenizer, req.messages, tools, prefix)
+        return render_chat(self.tokenizer, req.messages, tools, prefix), tools, prefix
+
+    def prepare_chat(self, req: ChatRequest) -> PreparedChat:
+        prompt, tools, prefix = self.render_prompt(req)
+        hermes = self.tool_parser.name == HERMES
         want_logprobs, top = requested_top_logprobs(req)
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         params = self.params_for(req, len(prompt), top, limit)

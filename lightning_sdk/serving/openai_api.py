@@ -1,10 +1,12 @@
-"""The policy's OpenAI API as functions of a request's JSON body: what the `/v1` routes call, and what routes
-that serve the same requests under another base URL call too (the rollouts gateway).
+"""The policy's OpenAI API (and Anthropic's Messages API) as functions of a request's JSON body: what the
+`/v1` routes call, and what routes that serve the same requests under another base URL call too (the rollouts
+gateway).
 
-`OpenAIAPI.serve(kind, body, observe)` answers a chat completion, text completion or Responses request
-exactly as `POST /v1/chat/completions`, `/v1/completions` or `/v1/responses` does, and hands `observe` what
-it served as plain data (`lightning_sdk.serving.served`). `create_app` builds one per app; `openai_api(app)`
-finds it for the app's route installers.
+`OpenAIAPI.serve(kind, body, observe)` answers a chat completion, text completion, Responses or Messages
+request exactly as `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses` or `/v1/messages` does,
+and hands `observe` what it served as plain data (`lightning_sdk.serving.served`); `count_tokens(body)`
+answers `POST /v1/messages/count_tokens`. `create_app` builds one per app; `openai_api(app)` finds it for the
+app's route installers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fastapi import FastAPI, Request
 
 from lightning_sdk.serving.context import ServingContext, run_engine
 from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.messages_api import count_message_tokens, serve_messages
 from lightning_sdk.serving.passthrough import Forward
 from lightning_sdk.serving.responses import (
     ResponseMeta,
@@ -40,14 +43,17 @@ from lightning_sdk.serving.streaming import (
 )
 from lightning_sdk.tracing.routing import ROLE_HEADER
 
-__all__ = ["API_PATHS", "OpenAIAPI", "install_openai_routes", "openai_api"]
+__all__ = ["API_PATHS", "COUNT_TOKENS_PATH", "OpenAIAPI", "install_openai_routes", "openai_api"]
 
 API_PATHS: Mapping[ApiKind, str] = {
     "chat": "/chat/completions",
     "completion": "/completions",
     "responses": "/responses",
+    "messages": "/messages",
 }
 """Where each API is served, under a base URL (`/v1`)."""
+COUNT_TOKENS_PATH = "/messages/count_tokens"
+"""Where the Messages API counts a prompt's tokens, under a base URL (not an LLM call: never recorded)."""
 
 _Serve = Callable[[ServingContext, Any, ServedObserver | None], Awaitable[Any]]
 
@@ -70,6 +76,10 @@ class OpenAIAPI:
         if ctx.adapter is not None and observe is not None:
             observe = _with_adapter(observe, ctx.adapter)
         return await _SERVE[kind](ctx, body, observe)
+
+    def count_tokens(self, body: Any, role: str | None = None) -> dict[str, Any]:
+        """`POST /v1/messages/count_tokens` for `body` (a JSON value); `role` as in `serve`."""
+        return count_message_tokens(self.ctx.for_request(role, body), body)
 
     def models(self) -> dict[str, Any]:
         """`GET /v1/models`: the model served, and each role with an adapter of its own."""
@@ -102,8 +112,8 @@ def openai_api(app: FastAPI) -> OpenAIAPI:
 
 
 def install_openai_routes(app: FastAPI, api: OpenAIAPI) -> None:
-    """`GET /v1/models` and `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`, behind the key;
-    `openai_api(app)` returns `api` afterwards."""
+    """`GET /v1/models` and `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`, `/v1/messages`
+    and `/v1/messages/count_tokens`, behind the key; `openai_api(app)` returns `api` afterwards."""
     app.state.openai_api = api
 
     @app.get("/v1/models")
@@ -113,6 +123,10 @@ def install_openai_routes(app: FastAPI, api: OpenAIAPI) -> None:
 
     for kind, path in API_PATHS.items():
         app.add_api_route(f"/v1{path}", _route(api, kind), methods=["POST"], name=kind)
+
+    @app.post(f"/v1{COUNT_TOKENS_PATH}")
+    async def count_tokens(request: Request) -> dict[str, Any]:
+        return api.count_tokens(await api.ctx.read_json(request), role=request.headers.get(ROLE_HEADER))
 
 
 def _route(api: OpenAIAPI, kind: ApiKind) -> Callable[[Request], Awaitable[Any]]:
@@ -263,4 +277,5 @@ _SERVE: Mapping[ApiKind, _Serve] = {
     "chat": serve_chat,
     "completion": serve_completions,
     "responses": serve_responses,
+    "messages": serve_messages,
 }

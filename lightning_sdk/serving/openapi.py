@@ -1,15 +1,19 @@
 """The OpenAPI description of the server's routes, served at `GET /openapi.json`.
 
 Request bodies are described by the same pydantic models that validate them (`ChatRequest`,
-`CompletionRequest`), so the document cannot drift from what the server accepts; API explorers and
-schema-driven fuzzers (the test suite runs Schemathesis against it) read it. Responses are described
-as far as clients rely on them: an object on success, an OpenAI error object otherwise.
+`CompletionRequest`, `ResponsesRequest`, `MessagesRequest`, `CountTokensRequest`), so the document cannot
+drift from what the server accepts; API explorers and schema-driven fuzzers (the test suite runs
+Schemathesis against it) read it. Responses are described as far as clients rely on them: an object on
+success, an OpenAI error object otherwise (Anthropic's on the Messages routes).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
+from lightning_sdk.serving.messages_schemas import CountTokensRequest, ErrorResponse, MessagesRequest
 from lightning_sdk.serving.responses_api import ResponsesRequest
 from lightning_sdk.serving.schemas import ChatRequest, CompletionRequest
 
@@ -38,8 +42,8 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-def _responses(success: str) -> dict[str, Any]:
-    error = {"description": "An OpenAI error object", **_json({"$ref": _REF.format(model="Error")})}
+def _responses(success: str, error_model: str = "Error") -> dict[str, Any]:
+    error = {"description": "An error object", **_json({"$ref": _REF.format(model=error_model)})}
     return {
         "200": {"description": success, **_json({"type": "object"})},
         "400": error,
@@ -50,15 +54,28 @@ def _responses(success: str) -> dict[str, Any]:
     }
 
 
-def _post(model: type, summary: str) -> dict[str, Any]:
+def _post(
+    model: type,
+    summary: str,
+    success: str = "The completion, or an event stream of chunks when `stream` is true",
+    error_model: str = "Error",
+) -> dict[str, Any]:
     return {
         "post": {
             "summary": summary,
             "operationId": model.__name__,
             "requestBody": {"required": True, **_json({"$ref": _REF.format(model=model.__name__)})},
-            "responses": _responses("The completion, or an event stream of chunks when `stream` is true"),
+            "responses": _responses(success, error_model),
         }
     }
+
+
+def _with_definitions(model: type[BaseModel], name: str | None = None) -> dict[str, Any]:
+    """The model's schema as a component, with the schemas it refers to (pydantic nests them in `$defs`;
+    the references point at the components)."""
+    schema = model.model_json_schema(ref_template=_REF)
+    definitions: dict[str, Any] = schema.pop("$defs", {})
+    return {**definitions, name or model.__name__: schema}
 
 
 def openapi_document(title: str, version: str, served_model: str) -> dict[str, Any]:
@@ -74,6 +91,18 @@ def openapi_document(title: str, version: str, served_model: str) -> dict[str, A
             "/v1/chat/completions": _post(ChatRequest, "Create a chat completion"),
             "/v1/completions": _post(CompletionRequest, "Create a text completion"),
             "/v1/responses": _post(ResponsesRequest, "Create a response (OpenAI's Responses API)"),
+            "/v1/messages": _post(
+                MessagesRequest,
+                "Create a message (Anthropic's Messages API)",
+                "The message, or its event stream when `stream` is true",
+                "AnthropicError",
+            ),
+            "/v1/messages/count_tokens": _post(
+                CountTokensRequest,
+                "Count a message's prompt tokens (Anthropic's Messages API)",
+                "`input_tokens`",
+                "AnthropicError",
+            ),
             "/v1/models": {
                 "get": {
                     "summary": "List the served model",
@@ -95,9 +124,15 @@ def openapi_document(title: str, version: str, served_model: str) -> dict[str, A
                 "ChatRequest": ChatRequest.model_json_schema(ref_template=_REF),
                 "CompletionRequest": CompletionRequest.model_json_schema(ref_template=_REF),
                 "ResponsesRequest": ResponsesRequest.model_json_schema(ref_template=_REF),
+                **_with_definitions(MessagesRequest),
+                **_with_definitions(CountTokensRequest),
                 "Error": _ERROR,
+                **_with_definitions(ErrorResponse, "AnthropicError"),
             },
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
         },
-        "security": [{"bearer": []}],
+        "security": [{"bearer": []}, {"apiKey": []}],
     }

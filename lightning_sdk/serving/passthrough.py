@@ -35,9 +35,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Headers that describe one HTTP hop (or our own key), not the request or answer itself.
+# Headers that describe one HTTP hop (or our own key, in either form), not the request or answer itself.
 _REQUEST_HEADERS_NOT_FORWARDED = frozenset(
-    {"host", "authorization", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade"}
+    {
+        "host",
+        "authorization",
+        "x-api-key",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "upgrade",
+    }
 )
 _ANSWER_HEADERS_NOT_FORWARDED = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding"})
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -72,8 +81,8 @@ def passthrough_handler(
             raise APIError(
                 404,
                 f"{request.method} /v1/{path} is not served here: this endpoint serves the policy being "
-                "trained (chat/completions, completions, responses, models), and no upstream API is set "
-                f"for other requests. {how_to_set}",
+                "trained (chat/completions, completions, responses, messages, models), and no upstream API "
+                f"is set for other requests. {how_to_set}",
                 code="unknown_route",
             )
         if _LOOP_MARK in request.headers:

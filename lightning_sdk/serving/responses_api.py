@@ -29,7 +29,7 @@ from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.responses import finish_reason, usage
 from lightning_sdk.serving.schemas import ChatRequest, parse_request
 from lightning_sdk.serving.served import ServedCall, ServedChoice, ServedObserver, StreamedCall
-from lightning_sdk.serving.streaming import event_stream, first_and_rest
+from lightning_sdk.serving.streaming import event_stream, first_and_rest, staged_events
 from lightning_sdk.serving.tool_calls import ParsedOutput
 from lightning_sdk.tracing.responses_items import ResponsesInputError, chat_tools, input_messages
 
@@ -295,17 +295,7 @@ async def _events(
     """The standard event sequence: created, in_progress, the text message streamed delta by delta
     (when the model answers in text), function calls whole at the end, then completed. `served`, when
     given, is told what the events send."""
-    stream = _EventStream(ids, req, ctx, prepared, served)
-    for event in stream.opening():
-        yield event
-    try:
-        async for delta in deltas:
-            for event in stream.on_delta(delta):
-                yield event
-    except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
-        yield stream.failed(error)
-        return
-    for event in stream.closing():
+    async for event in staged_events(deltas, _EventStream(ids, req, ctx, prepared, served)):
         yield event
 
 

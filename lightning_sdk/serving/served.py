@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 __all__ = ["ApiKind", "ServedCall", "ServedChoice", "ServedObserver", "StreamedCall"]
 
-ApiKind = Literal["chat", "completion", "responses"]
-"""The OpenAI APIs the server answers with the policy: chat completions, text completions, Responses."""
+ApiKind = Literal["chat", "completion", "responses", "messages"]
+"""The APIs the server answers with the policy: OpenAI's chat completions, text completions and Responses,
+and Anthropic's Messages."""
 
 
 @dataclass

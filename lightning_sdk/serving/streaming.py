@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 from fastapi.responses import StreamingResponse
 
@@ -25,16 +25,46 @@ from lightning_sdk.serving.served import StreamedCall
 from lightning_sdk.serving.tool_calls import ToolTextFilter
 
 __all__ = [
+    "StagedEvents",
     "chat_events",
     "completion_events",
     "event_stream",
     "first_and_rest",
     "merged_streams",
     "sse",
+    "staged_events",
 ]
 
 log = logging.getLogger(__name__)
 DONE = "data: [DONE]\n\n"
+
+
+class StagedEvents(Protocol):
+    """A stream whose events come in stages (the Responses and Messages APIs): an opening, events per
+    engine delta, a closing, or an in-band error event once the status line is sent."""
+
+    def opening(self) -> Iterable[str]: ...
+
+    def on_delta(self, delta: CompletionDelta) -> Iterable[str]: ...
+
+    def failed(self, error: Exception) -> str: ...
+
+    def closing(self) -> Iterable[str]: ...
+
+
+async def staged_events(deltas: AsyncIterator[CompletionDelta], stream: StagedEvents) -> AsyncIterator[str]:
+    """The events of `stream`, driven by the engine's deltas."""
+    for event in stream.opening():
+        yield event
+    try:
+        async for delta in deltas:
+            for event in stream.on_delta(delta):
+                yield event
+    except Exception as error:  # noqa: BLE001 - the status line is sent; report in-band
+        yield stream.failed(error)
+        return
+    for event in stream.closing():
+        yield event
 
 
 def sse(payload: dict[str, Any]) -> str:
