@@ -1,4 +1,4 @@
-"""How much latency does recording add to an openai call? Target: under 50 µs per call.
+"""How much latency does recording add to an openai (or anthropic) call? Target: under 50 µs per call.
 
 Compares the median per-call latency of the same request made with the real openai client in three
 modes, alternating call by call so that machine noise hits every mode alike:
@@ -19,6 +19,11 @@ A single run's figures swing with the machine, so the whole measurement repeats 
 the headline figures are the median over rounds with their spread (lowest..highest round). Usage:
 
     python benchmarks/tracing_overhead.py [--calls 1000] [--rounds 5]
+    python benchmarks/tracing_overhead.py --client anthropic      # Messages API calls of `anthropic`
+
+With `--client anthropic` the same modes time `messages.create` (whole and `stream=True`) of the real
+`anthropic` client, in-process only (the test server speaks OpenAI's wire), against Messages bodies and
+events of the same size as the openai case's, token ids included.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: the repo's tests/ fixtures
 
@@ -41,7 +47,14 @@ import openai
 import lightning_sdk as ls
 from lightning_sdk.tracing.context import episode_scope
 from lightning_sdk.tracing.routing import Router, routing
-from tests.fixtures.fake_openai_wire import Reply, chat_chunks, chat_completion
+from tests.fixtures.fake_openai_wire import (
+    STREAM_PIECE_CHARS,
+    Reply,
+    chat_chunks,
+    chat_completion,
+    fake_logprobs,
+    fake_tokenize,
+)
 from tests.fixtures.openai_server import OpenAITestServer
 
 MESSAGES = [
@@ -64,16 +77,41 @@ def timed(call: Callable[[], object], count: int) -> list[tuple[float, float]]:
     return samples
 
 
-def measure(
-    client: openai.OpenAI, calls: int, stream: bool, modes: tuple[str, ...]
-) -> dict[str, tuple[float, float]]:
-    """Median (wall, thread CPU) seconds per call in each mode."""
-    router = Router(POLICY_URL, "sk-run-key")
-
+def openai_request(client: openai.OpenAI, stream: bool) -> Callable[[], object]:
     def request() -> object:
         if stream:
             return list(client.chat.completions.create(model="test-model", messages=MESSAGES, stream=True))
         return client.chat.completions.create(model="test-model", messages=MESSAGES)
+
+    return request
+
+
+def anthropic_request(client: Any, stream: bool) -> Callable[[], object]:
+    system, user = MESSAGES[0]["content"], MESSAGES[1:]
+
+    def request() -> object:
+        reply = client.messages.create(
+            model="test-model", max_tokens=32, system=system, messages=user, stream=stream
+        )
+        return list(reply) if stream else reply
+
+    return request
+
+
+CLIENTS = {
+    "openai": (openai_request, ls.instrument_openai, ls.uninstrument_openai),
+    "anthropic": (anthropic_request, ls.instrument_anthropic, ls.uninstrument_anthropic),
+}
+"""Per client: how to make the benchmark's request, and how to switch its capture on and off."""
+
+
+def measure(
+    client: Any, calls: int, stream: bool, modes: tuple[str, ...], kind: str = "openai"
+) -> dict[str, tuple[float, float]]:
+    """Median (wall, thread CPU) seconds per call in each mode."""
+    router = Router(POLICY_URL, "sk-run-key")
+    make_request, instrument, uninstrument = CLIENTS[kind]
+    request = make_request(client, stream)
 
     def inside_episode() -> object:
         with episode_scope(ls.Episode(name="bench")) as episode:
@@ -89,7 +127,7 @@ def measure(
     calls_of = {"inside episode": inside_episode, "routed": routed}
 
     def run(mode: str) -> list[tuple[float, float]]:
-        (ls.uninstrument_openai if mode == "baseline" else ls.instrument_openai)()
+        (uninstrument if mode == "baseline" else instrument)()
         return timed(calls_of.get(mode, request), 1)
 
     samples: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
@@ -104,7 +142,7 @@ def measure(
         if number % ROUND == ROUND - 1:
             gc.enable()
     gc.enable()
-    ls.uninstrument_openai()
+    uninstrument()
     return {
         mode: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
         for mode, values in samples.items()
@@ -126,13 +164,65 @@ def in_process_client() -> openai.OpenAI:
     return openai.OpenAI(base_url="http://in-process/v1", api_key="test-key", http_client=http_client)
 
 
+def anthropic_in_process_client() -> Any:
+    """An anthropic client whose Messages calls are answered in-process: a whole message, or its events
+    (text deltas of the openai case's chunk size), with our token-id extras."""
+    import anthropic
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        prompt_ids = fake_tokenize(json.dumps(body["messages"]) + str(body.get("system")))
+        token_ids = fake_tokenize(ANSWER.content or "")
+        tokens = {
+            "prompt_token_ids": prompt_ids,
+            "token_ids": token_ids,
+            "token_logprobs": fake_logprobs(token_ids),
+        }
+        usage = {"input_tokens": len(prompt_ids), "output_tokens": len(token_ids)}
+        text = ANSWER.content or ""
+        message = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        if not body.get("stream"):
+            return httpx2.Response(200, json={**message, **tokens})
+        pieces = [text[i : i + STREAM_PIECE_CHARS] for i in range(0, len(text), STREAM_PIECE_CHARS)]
+        events = [
+            {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            *(
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+                for piece in pieces
+            ),
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": len(token_ids)},
+                **tokens,
+            },
+            {"type": "message_stop"},
+        ]
+        content = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+        return httpx2.Response(200, content=content, headers={"content-type": "text/event-stream"})
+
+    http_client = anthropic.DefaultHttpxClient(transport=httpx2.MockTransport(answer))
+    return anthropic.Anthropic(base_url="http://in-process", api_key="test-key", http_client=http_client)
+
+
 def report(
-    transport: str, client: openai.OpenAI, calls: int, modes: tuple[str, ...]
+    transport: str, client: Any, calls: int, modes: tuple[str, ...], kind: str = "openai"
 ) -> dict[tuple[str, str], float]:
     """Print one table block; return the CPU time each mode adds (µs), by (request, mode)."""
     added = {}
     for stream in (False, True):
-        medians = measure(client, calls, stream, modes)
+        medians = measure(client, calls, stream, modes, kind)
         base_wall, base_cpu = medians["baseline"]
         for mode, (wall, cpu) in medians.items():
             extra = (
@@ -198,7 +288,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000, help="calls per mode, case and round (1000)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the whole measurement (5)")
+    parser.add_argument("--client", choices=sorted(CLIENTS), default="openai", help="whose calls (openai)")
     args = parser.parse_args()
+    if args.client == "anthropic":
+        anthropic_main(args.calls, args.rounds)
+        return
     server = OpenAITestServer(responder=lambda request: ANSWER).start()
     http = openai.OpenAI(base_url=server.base_url, api_key=server.api_key, max_retries=0)
     local = in_process_client()
@@ -231,6 +325,24 @@ def main() -> None:
         http.close()
         local.close()
         server.stop()
+
+
+def anthropic_main(calls: int, rounds: int) -> None:
+    """The anthropic client's figures: in-process transport, the four modes, whole and streamed."""
+    import anthropic
+
+    client = anthropic_in_process_client()
+    headline: dict[str, list[float]] = {}
+    print(f"anthropic {anthropic.__version__}; {calls} calls per mode and round, {rounds} rounds")
+    for number in range(1, rounds + 1):
+        print(f"\nround {number}\n{'':<37} {'wall-clock µs':>19} {'caller CPU µs':>19}")
+        for (request, mode), value in report("in-process", client, calls, MODES, "anthropic").items():
+            headline.setdefault(f"added CPU µs, in-process, {request}, {mode}", []).append(value)
+    print(f"\nover {rounds} rounds: median (lowest..highest round)")
+    for name, values in headline.items():
+        print(f"  {name:<55} {spread(values)}")
+    print("target: under 50 µs added per call")
+    client.close()
 
 
 if __name__ == "__main__":

@@ -38,11 +38,13 @@ from lightning_sdk.tracing import (
     emit_reward,
     feedback,
     import_traces,
+    instrument_anthropic,
     instrument_openai,
     last_episode,
     reward,
     run_in_episode,
     trace_agent,
+    uninstrument_anthropic,
     uninstrument_openai,
 )
 from lightning_sdk.version import __version__ as __version__
@@ -72,12 +74,14 @@ __all__ = [
     "emit_reward",
     "feedback",
     "import_traces",
+    "instrument_anthropic",
     "instrument_openai",
     "last_episode",
     "reward",
     "run_in_episode",
     "serve",
     "trace_agent",
+    "uninstrument_anthropic",
     "uninstrument_openai",
 ]
 

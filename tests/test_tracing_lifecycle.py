@@ -66,4 +66,4 @@ def test_configure_can_turn_automatic_capture_off(openai_client):
 
 def test_unsupported_openai_version_warns():
     with pytest.warns(RuntimeWarning, match="found 9.1.0"):
-        openai_capture._warn_if_unsupported("9.1.0")
+        openai_capture.PATCH.warn_if_unsupported("9.1.0")

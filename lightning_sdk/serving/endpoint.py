@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import anthropic
     import openai
 
 __all__ = ["LLMEndpoint"]
@@ -46,9 +47,35 @@ class LLMEndpoint:
         return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, **kwargs)
 
     @property
+    def anthropic_base_url(self) -> str:
+        """The base URL an `anthropic` client takes: the server's root, without `/v1` (the client adds
+        `/v1/messages` itself)."""
+        root = self.base_url.rstrip("/")
+        return root[: -len("/v1")] if root.endswith("/v1") else root
+
+    def anthropic_client(self, **kwargs: Any) -> anthropic.Anthropic:
+        """An `anthropic.Anthropic` client for this endpoint's Messages API (needs `anthropic`)."""
+        import anthropic
+
+        return anthropic.Anthropic(base_url=self.anthropic_base_url, api_key=self.api_key, **kwargs)
+
+    def async_anthropic_client(self, **kwargs: Any) -> anthropic.AsyncAnthropic:
+        """An `anthropic.AsyncAnthropic` client for this endpoint."""
+        import anthropic
+
+        return anthropic.AsyncAnthropic(base_url=self.anthropic_base_url, api_key=self.api_key, **kwargs)
+
+    @property
     def env(self) -> dict[str, str]:
-        """Environment variables that point OpenAI-based code at this endpoint (`OPENAI_BASE_URL`, ...)."""
-        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": self.api_key, "OPENAI_MODEL": self.model}
+        """Environment variables that point OpenAI- and Anthropic-based code at this endpoint
+        (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_MODEL`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`)."""
+        return {
+            "OPENAI_BASE_URL": self.base_url,
+            "OPENAI_API_KEY": self.api_key,
+            "OPENAI_MODEL": self.model,
+            "ANTHROPIC_BASE_URL": self.anthropic_base_url,
+            "ANTHROPIC_API_KEY": self.api_key,
+        }
 
     def export_env(self) -> None:
         """Set `env` in `os.environ`, so agents that build their own client without arguments use it."""

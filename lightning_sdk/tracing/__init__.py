@@ -1,8 +1,10 @@
-"""The recording side: episodes, decorators, openai capture and the episode store.
+"""The recording side: episodes, decorators, openai and anthropic capture and the episode store.
 
-Pure Python plus the `openai` client; nothing here imports torch, transformers or vLLM.
+Pure Python plus the `openai` client (and `anthropic`'s when installed); nothing here imports torch,
+transformers or vLLM.
 """
 
+from lightning_sdk.tracing.anthropic_capture import instrument_anthropic, uninstrument_anthropic
 from lightning_sdk.tracing.config import configure
 from lightning_sdk.tracing.context import (
     ContextThreadPoolExecutor,
@@ -39,11 +41,13 @@ __all__ = [
     "emit_reward",
     "feedback",
     "import_traces",
+    "instrument_anthropic",
     "instrument_openai",
     "last_episode",
     "record_call",
     "reward",
     "run_in_episode",
     "trace_agent",
+    "uninstrument_anthropic",
     "uninstrument_openai",
 ]

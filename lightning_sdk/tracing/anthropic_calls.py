@@ -121,8 +121,8 @@ class MessagesStreamAssembler:
     """The events of a streamed Messages call a user consumed; `calls()` turns them into one record.
 
     Blocks are assembled from `content_block_start` and the deltas (text, and a tool's input as partial
-    JSON); `message_delta` gives the stop reason and the output token count; the project's token ids
-    ride on whichever event carries them (the server sends them with `message_delta`)."""
+    JSON); `message_delta` gives the stop reason and the output token count; the project's token ids ride
+    on `message_start.message` (the prompt's) and `message_delta` (all of them, for the whole message)."""
 
     def __init__(self, template: LLMCall, prompts: Any = None) -> None:
         self.template = template
@@ -136,33 +136,41 @@ class MessagesStreamAssembler:
 
     def add(self, event: Any) -> None:
         kind = getattr(event, "type", None)
-        for name in _TOKEN_FIELDS:
-            value = _extras(event).get(name)
-            if value is not None:
-                self.tokens[name] = value
-        if kind == "message_start":
-            message = event.message
-            self.request_id = getattr(message, "id", None)
-            self.usage.update(plain(getattr(message, "usage", None)) or {})
-            for name in _TOKEN_FIELDS:
-                if _extras(message).get(name) is not None:
-                    self.tokens.setdefault(name, _extras(message)[name])
+        if kind == "content_block_delta":  # most events: one per piece of text
+            self._add_delta(event.index, event.delta)
         elif kind == "content_block_start":
             self.blocks[event.index] = _block(event.content_block)
-        elif kind == "content_block_delta":
-            self._add_delta(event.index, event.delta)
+        elif kind == "message_start":
+            message = event.message
+            self.request_id = getattr(message, "id", None)
+            self._take_usage(getattr(message, "usage", None))
+            self._take_tokens(message)
         elif kind == "message_delta":
             self.stop_reason = getattr(event.delta, "stop_reason", None) or self.stop_reason
-            usage = plain(getattr(event, "usage", None)) or {}
-            self.usage.update({key: value for key, value in usage.items() if value is not None})
+            self._take_usage(getattr(event, "usage", None))
+            self._take_tokens(event)
         elif kind == "error":
             self.failure = str(getattr(getattr(event, "error", None), "message", None) or "error event")
 
+    def _take_usage(self, usage: Any) -> None:
+        for name in ("input_tokens", "output_tokens"):
+            value = getattr(usage, name, None)
+            if value is not None:
+                self.usage[name] = value
+
+    def _take_tokens(self, carrier: Any) -> None:
+        """The token-id extras `carrier` holds (a later event's replace an earlier one's)."""
+        extras = _extras(carrier)
+        for name in _TOKEN_FIELDS:
+            if extras.get(name) is not None:
+                self.tokens[name] = extras[name]
+
     def _add_delta(self, index: int, delta: Any) -> None:
         block = self.blocks.setdefault(index, {"type": "text", "text": ""})
-        if getattr(delta, "type", None) == "text_delta":
+        kind = getattr(delta, "type", None)
+        if kind == "text_delta":
             block["text"] = (block.get("text") or "") + delta.text
-        elif getattr(delta, "type", None) == "input_json_delta":
+        elif kind == "input_json_delta":
             self.partial_json.setdefault(index, []).append(delta.partial_json)
 
     def calls(self, error: str | None = None, closed_early: bool = False) -> list[LLMCall]:

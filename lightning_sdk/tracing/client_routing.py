@@ -1,5 +1,5 @@
-"""The openai client's side of routing (see `lightning_sdk.tracing.routing`): one request's options rewritten
-for the policy's endpoint, or left as they were.
+"""The client side of routing (see `lightning_sdk.tracing.routing`), for openai's and anthropic's clients
+alike: one request's options rewritten for the policy's endpoint, or left as they were.
 
 A request the router sends to the policy keeps its body (model name included: the trainer's endpoint
 answers any model name during training) and goes to the endpoint's URL for its kind, with the run's key as
@@ -16,7 +16,7 @@ answers it, in the `ROLE_HEADER` header (the body is never changed).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -24,10 +24,15 @@ from lightning_sdk.tracing.routing import POLICY, ROLE_HEADER, Router
 
 __all__ = ["KIND_PATHS", "route_options"]
 
-KIND_PATHS = {"chat": "/chat/completions", "completion": "/completions", "responses": "/responses"}
+KIND_PATHS = {
+    "chat": "/chat/completions",
+    "completion": "/completions",
+    "responses": "/responses",
+    "messages": "/messages",
+}
 """The endpoint path of each kind of call the capture records (and the router may redirect)."""
 
-_KEPT_HEADERS = frozenset({"accept", "content-type", "user-agent"})
+_KEPT_HEADERS = frozenset({"accept", "content-type", "user-agent", "anthropic-version", "anthropic-beta"})
 """Headers a routed request keeps; `x-stainless-*` (the client's own bookkeeping) are kept too."""
 _CREDENTIAL_HEADERS = ("api-key", "x-api-key", "openai-organization", "openai-project")
 """Added by some clients' auth rather than their default headers (Azure's `api-key`, for one)."""
@@ -39,10 +44,18 @@ shared by all such requests: building them anew costs more than the rest of the 
 
 
 def route_options(
-    router: Router, client: Any, options: Any, kind: str, base_url: str, agent: str | None
+    router: Router,
+    client: Any,
+    options: Any,
+    kind: str,
+    base_url: str,
+    agent: str | None,
+    omit: Callable[[], Any] | None = None,
 ) -> tuple[Any, str, str | None]:
     """`options` as the router sends them (changed in place), the base URL the call is recorded under, and
-    the adapter that answers it (None: the default one, or the base model when roles have adapters)."""
+    the adapter that answers it (None: the default one, or the base model when roles have adapters).
+    `omit` makes the client library's marker that removes a header (default: openai's `Omit`)."""
+    omit = omit or _omit
     body = options.json_data if isinstance(options.json_data, dict) else {}
     model = body.get("model")
     ours = router.is_endpoint(base_url)
@@ -57,37 +70,38 @@ def route_options(
         # them) and `request()` copies them before its first attempt, so no one else sees the change, and a
         # copy of our own would double the cost of routing.
         options.url = router.base_url + KIND_PATHS[kind]
-        headers = _routed(client, router, options.headers)
+        headers = _routed(client, router, options.headers, omit)
         options.headers = headers if adapter is None else {**headers, ROLE_HEADER: adapter}
         return options, router.base_url, adapter
     if not ours and getattr(client, "api_key", None) == router.api_key:
-        options.headers = {**(options.headers or {}), "Authorization": _omit()}
+        options.headers = {**(options.headers or {}), "Authorization": omit(), "x-api-key": omit()}
     return options, base_url, None
 
 
-def _routed(client: Any, router: Router, request_headers: Any) -> Mapping[str, Any]:
+def _routed(client: Any, router: Router, request_headers: Any, omit: Callable[[], Any]) -> Mapping[str, Any]:
     """The headers of a routed request: the run's key, and removals of every credential (see the module)."""
+    bearer = f"Bearer {router.api_key}"
     if not request_headers:
         cached = _routed_headers.get(client)
         if cached is None or cached[0] != router.api_key:
-            headers = {**_without_credentials(client, None), "Authorization": f"Bearer {router.api_key}"}
+            headers = {**_without_credentials(client, None, omit), "Authorization": bearer}
             cached = (router.api_key, MappingProxyType(headers))
             _routed_headers[client] = cached
         return cached[1]
-    return {**_without_credentials(client, request_headers), "Authorization": f"Bearer {router.api_key}"}
+    return {**_without_credentials(client, request_headers, omit), "Authorization": bearer}
 
 
-def _without_credentials(client: Any, request_headers: Any) -> dict[str, Any]:
+def _without_credentials(client: Any, request_headers: Any, omit: Callable[[], Any]) -> dict[str, Any]:
     """The request's own headers that a routed request keeps (the client reads some of them back, such as
     `x-stainless-raw-response`), and every other header of the client or the request as a removal."""
     removed = _removed_headers.get(client)
     if removed is None:
         names = {name.lower() for name in getattr(client, "default_headers", {})}
-        removed = {name: _omit() for name in sorted(names | set(_CREDENTIAL_HEADERS)) if _removable(name)}
+        removed = {name: omit() for name in sorted(names | set(_CREDENTIAL_HEADERS)) if _removable(name)}
         _removed_headers[client] = removed
     headers = dict(removed)
     for name, value in (request_headers or {}).items():
-        headers[name.lower()] = _omit() if _removable(name.lower()) else value
+        headers[name.lower()] = omit() if _removable(name.lower()) else value
     return headers
 
 

@@ -1,7 +1,7 @@
-"""Streams: record a streamed call when the user has consumed it or closed it, with exactly what
-they saw.
+"""Streams of openai's and anthropic's clients (their stream classes have one shape): record a streamed
+call when the user has consumed it or closed it, with exactly what they saw.
 
-The user keeps openai's own `Stream` / `AsyncStream` object (so `isinstance` checks, `with` blocks
+The user keeps the client's own `Stream` / `AsyncStream` object (so `isinstance` checks, `with` blocks
 and helpers such as `.stream()` keep working): only its private chunk iterator and its `close` are
 replaced on that one instance.
 """
@@ -11,11 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from lightning_sdk.tracing.anthropic_calls import MessagesStreamAssembler
 from lightning_sdk.tracing.episode import LLMCall
 from lightning_sdk.tracing.openai_calls import StreamAssembler
 from lightning_sdk.tracing.openai_responses import ResponsesStreamAssembler
 
 __all__ = ["Recording", "tap_async_stream", "tap_stream"]
+
+_ASSEMBLERS: dict[Any, Any] = {"responses": ResponsesStreamAssembler, "messages": MessagesStreamAssembler}
+"""The assembler of each API's events, by `LLMCall.metadata["api"]` (chat and text completions: none)."""
 
 
 class Recording(Protocol):
@@ -94,8 +98,8 @@ class _StreamTap:
         self.recording.guarded(self._record)
 
     def _record(self) -> None:
-        responses = self.recording.template.metadata.get("api") == "responses"
-        assembler_class = ResponsesStreamAssembler if responses else StreamAssembler
+        api = self.recording.template.metadata.get("api")
+        assembler_class = _ASSEMBLERS.get(api, StreamAssembler)
         assembler = assembler_class(self.recording.template, self.recording.prompts)
         for chunk in self.chunks:
             assembler.add(chunk)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from lightning_sdk.tracing import anthropic_capture, openai_capture
 from lightning_sdk.tracing.context import add_finish_hook, remove_finish_hook
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.errors import logger, report_internal_error
-from lightning_sdk.tracing.openai_capture import set_auto_instrument
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
 
 __all__ = ["Settings", "configure", "current_settings"]
@@ -49,8 +49,9 @@ def configure(
         store: an `EpisodeStore`, or a path to open one at, that receives every finished top-level
             episode (sub-agents are stored inside their parent); None turns persistence off.
         run_id: stamped on every top-level episode that starts from now on.
-        instrument_openai: let traced agents switch openai capture on at their first call. False
-            only stops that; it does not remove capture already on (use `uninstrument_openai()`).
+        instrument_openai: let traced agents switch client capture on at their first call (openai's,
+            and anthropic's). False only stops that; it does not remove capture already on (use
+            `uninstrument_openai()` / `uninstrument_anthropic()`).
 
     Returns:
         The new settings.
@@ -65,7 +66,8 @@ def configure(
     _settings = Settings(
         store=new_store, run_id=run_id, instrument_openai=instrument_openai, owns_store=opened
     )
-    set_auto_instrument(instrument_openai)
+    openai_capture.set_auto_instrument(instrument_openai)
+    anthropic_capture.set_auto_instrument(instrument_openai)
     if new_store is not None:
         add_finish_hook(_persist)
     return _settings

@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
+from lightning_sdk.tracing.anthropic_capture import ensure_anthropic_instrumented
 from lightning_sdk.tracing.config import current_settings
 from lightning_sdk.tracing.context import (
     current_episode,
@@ -50,7 +51,8 @@ def trace_agent(fn: Callable[P, R] | None = None, /, *, name: str | None = None)
     An exception is recorded with its
     traceback and re-raised unchanged. A traced agent called inside another becomes a child episode
     (`parent_id`, and appended to the parent's `children`). The first call switches openai capture
-    on (see `configure(instrument_openai=...)`).
+    on, and anthropic capture once the process has imported `anthropic` (see
+    `configure(instrument_openai=...)`).
     """
     if fn is None:
         return functools.partial(_traced, name=name)
@@ -64,6 +66,7 @@ def _traced(fn: Callable[P, R], name: str | None) -> Callable[P, R]:
     def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _AgentRun | None:
         with never_break_the_agent(f"starting an episode of {agent_name}"):
             ensure_openai_instrumented()
+            ensure_anthropic_instrumented()
             return _AgentRun(agent_name, task_of(args, kwargs))
         return None
 

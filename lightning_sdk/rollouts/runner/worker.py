@@ -149,10 +149,11 @@ async def _serve_one(
     if lease is None:  # nothing to run (a trainer between steps): ask again soon
         await asyncio.sleep(1.0)
         return
-    # Default openai clients built inside the agent read these (the same base URL for every lease of a
-    # trainer; updated per lease, since a restarted trainer may listen elsewhere).
-    os.environ.update(OPENAI_BASE_URL=lease.base_url, OPENAI_API_KEY=api_key)
-    kwargs = {"llm": LLMEndpoint(lease.base_url, api_key, "default")} if wants_llm else {}
+    # Default openai and anthropic clients built inside the agent read these (the same base URL for every
+    # lease of a trainer; updated per lease, since a restarted trainer may listen elsewhere).
+    endpoint = LLMEndpoint(lease.base_url, api_key, "default")
+    os.environ.update({name: value for name, value in endpoint.env.items() if name != "OPENAI_MODEL"})
+    kwargs = {"llm": endpoint} if wants_llm else {}
     keep_alive = asyncio.create_task(_renew_until_cancelled(client, lease))
     try:
         rollout = await run_episode(
