@@ -7,7 +7,6 @@ The loop in `trainer.py` reads as a list of stages because the stateful parts li
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
@@ -21,9 +20,11 @@ from lightning_sdk.tracing.decorators import trace_agent
 from lightning_sdk.tracing.routing import Roles, Router, compile_routes
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
+from lightning_sdk.training.environment import environment
 from lightning_sdk.training.event_loop import RunLoop
 from lightning_sdk.training.records.run_dir import write_rank_info
 from lightning_sdk.training.records.run_episodes import RunEpisodes
+from lightning_sdk.training.run_warnings import RunWarnings
 from lightning_sdk.training.startup import (
     check_engine_serves_roles,
     runner_protocol_for,
@@ -79,16 +80,12 @@ class TrainingSession:
     """Rollouts on runners (set by `use_runners`); None: rollouts in this process."""
     loop: RunLoop = field(default_factory=RunLoop)
     """The event loop every rollout and evaluation of the run runs on."""
-    checked_routes: bool = False
-    """`config.routes` was checked against the calls of the first rollouts (see `rollouts`)."""
-    warned_too_long: bool = False
-    """The warning about samples over `config.max_sample_tokens` was given (it is given once per run)."""
+    warnings: RunWarnings = field(default_factory=RunWarnings)
+    """What the run has warned about already (each warning is given once)."""
     roles: Roles | None = None
     """The roles with adapters of their own (`config.roles`); None: one adapter."""
     changed_roles: list[str] | None = None
     """The role adapters the last update changed (None: all of them, as after a resume)."""
-    warned_idle_roles: set[str] = field(default_factory=set)
-    """Roles already warned about making no call in a step (each is warned about once)."""
 
     @classmethod
     def start(
@@ -242,24 +239,8 @@ class TrainingSession:
                 router=self.router,
             )
         )
-        self._warn_about_unused_routes()
+        self.warnings.unused_routes(self.config.routes, self.router)
         return rollouts
-
-    def _warn_about_unused_routes(self) -> None:
-        """After the run's first rollouts: say which keys of `config.routes` selected no call, with the
-        models the agent did call (a typo in a model name would otherwise train nothing, silently)."""
-        if self.checked_routes or self.config.routes is None or self.router is None:
-            return
-        self.checked_routes = True
-        unused = self.router.unused_keys()
-        if unused:
-            seen = ", ".join(repr(model) for model in self.router.models_seen()) or "none"
-            log.warning(
-                "routes: %s selected no call of the first rollouts; the agent called the models %s. "
-                "Check the names in TrainerConfig(routes=...).",
-                ", ".join(repr(key) for key in unused),
-                seen,
-            )
 
     # --- phases ---------------------------------------------------------------------------------------
     @contextmanager
@@ -272,7 +253,7 @@ class TrainingSession:
             max_tokens=config.max_tokens,
             no_penalties=True,
         )
-        with self._awake(), _environment(self.endpoint.env):
+        with self._awake(), environment(self.endpoint.env):
             yield
 
     @contextmanager
@@ -286,7 +267,7 @@ class TrainingSession:
             max_tokens=config.max_tokens,
             no_penalties=True,
         )
-        with self._awake(), _environment(self.endpoint.env):
+        with self._awake(), environment(self.endpoint.env):
             yield
 
     @contextmanager
@@ -307,7 +288,9 @@ class TrainingSession:
         from lightning_sdk.training.update.step import train_on_samples
 
         started = time.perf_counter()
-        self.warn_if_too_long(int(prepared.metrics["samples_dropped_too_long"]))
+        self.warnings.samples_too_long(
+            int(prepared.metrics["samples_dropped_too_long"]), self.config.max_sample_tokens
+        )
         samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if self.roles is not None:
@@ -329,30 +312,8 @@ class TrainingSession:
             model, self.optimizer, self.scheduler, samples, self.config, self.roles.adapters, pad
         )
         self.changed_roles = update.changed
-        # A role whose calls were all in groups without a reward spread trains nothing this step, as any
-        # call would; a role that made no call at all is a name that matches no agent: say so, once.
-        silent = [role for role in update.idle if not step_metrics.get(f"calls/{role}")]
-        new_silent = [role for role in silent if role not in self.warned_idle_roles]
-        if new_silent:
-            self.warned_idle_roles.update(new_silent)
-            log.warning(
-                "role(s) %s made no call this step; the other roles trained. Check that an agent of that "
-                "name calls the model, or route its calls with TrainerConfig(routes={'agent:<name>': "
-                "'<role>'}) (the metric calls/<role> counts each role's calls; warned once per role).",
-                ", ".join(repr(role) for role in new_silent),
-            )
+        self.warnings.idle_roles(update.idle, step_metrics)
         return update.metrics
-
-    def warn_if_too_long(self, dropped: int) -> None:
-        if dropped and not self.warned_too_long:
-            self.warned_too_long = True
-            log.warning(
-                "%d training sample(s) are longer than max_sample_tokens=%d and were left out of the update "
-                "(the metric samples_dropped_too_long counts them each step). Raise max_sample_tokens if "
-                "memory allows, or shorten the agent's conversations (fewer turns, shorter tool output).",
-                dropped,
-                self.config.max_sample_tokens,
-            )
 
     def push_weights(self, step: int) -> dict[str, float]:
         """Save the adapter and load it into the engine (merged or hot-loaded, per the engine's mode).
@@ -470,18 +431,3 @@ class TrainingSession:
             self.engine.wake()  # the caller's engine is left as it was given: serving
         self.server.stop()
         self.distributed.close()
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for the block and restore the previous values afterwards."""
-    previous = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -1,0 +1,72 @@
+"""The warnings a run gives once: each says what went unused or was left out, and how to fix it.
+
+A run repeats the same situation every step (a long sample, a role no agent plays), so each warning is
+given the first time it applies and never again; the step metrics keep counting (`samples_dropped_too_long`,
+`calls/<role>`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightning_sdk.tracing.routing import Router
+
+__all__ = ["RunWarnings"]
+
+log = logging.getLogger("lightning_sdk.training")
+
+
+@dataclass
+class RunWarnings:
+    """What a run has warned about already."""
+
+    checked_routes: bool = False
+    """`config.routes` was checked against the calls of the first rollouts."""
+    warned_too_long: bool = False
+    """Samples over `config.max_sample_tokens` were warned about."""
+    warned_idle_roles: set[str] = field(default_factory=set)
+    """Roles already warned about making no call in a step."""
+
+    def unused_routes(self, routes: Any, router: Router | None) -> None:
+        """After the run's first rollouts: say which keys of `routes` selected no call, with the models the
+        agent did call (a typo in a model name would otherwise train nothing, silently)."""
+        if self.checked_routes or routes is None or router is None:
+            return
+        self.checked_routes = True
+        unused = router.unused_keys()
+        if unused:
+            seen = ", ".join(repr(model) for model in router.models_seen()) or "none"
+            log.warning(
+                "routes: %s selected no call of the first rollouts; the agent called the models %s. "
+                "Check the names in TrainerConfig(routes=...).",
+                ", ".join(repr(key) for key in unused),
+                seen,
+            )
+
+    def samples_too_long(self, dropped: int, max_sample_tokens: int | None) -> None:
+        if dropped and not self.warned_too_long:
+            self.warned_too_long = True
+            log.warning(
+                "%d training sample(s) are longer than max_sample_tokens=%d and were left out of the update "
+                "(the metric samples_dropped_too_long counts them each step). Raise max_sample_tokens if "
+                "memory allows, or shorten the agent's conversations (fewer turns, shorter tool output).",
+                dropped,
+                max_sample_tokens,
+            )
+
+    def idle_roles(self, idle: Iterable[str], step_metrics: Mapping[str, Any]) -> None:
+        """A role whose calls were all in groups without a reward spread trains nothing this step, as any
+        call would; a role that made no call at all is a name that matches no agent: say so, once."""
+        silent = [role for role in idle if not step_metrics.get(f"calls/{role}")]
+        new_silent = [role for role in silent if role not in self.warned_idle_roles]
+        if new_silent:
+            self.warned_idle_roles.update(new_silent)
+            log.warning(
+                "role(s) %s made no call this step; the other roles trained. Check that an agent of that "
+                "name calls the model, or route its calls with TrainerConfig(routes={'agent:<name>': "
+                "'<role>'}) (the metric calls/<role> counts each role's calls; warned once per role).",
+                ", ".join(repr(role) for role in new_silent),
+            )
