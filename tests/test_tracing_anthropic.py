@@ -6,6 +6,7 @@ reaches the policy and is trained."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,61 @@ async def _async_stream(endpoint: Any) -> str:
         )
         parts = [event.delta.text async for event in stream if event.type == "content_block_delta"]
     return "".join(parts)
+
+
+ADD = {
+    "name": "add",
+    "description": "Add two integers.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+    },
+    "strict": True,  # the grammar keeps the 135M model's call valid JSON
+}
+
+
+def test_a_tool_round_trip_is_recorded_as_chat_tool_calls(served_endpoint: Any) -> None:
+    endpoint = served_endpoint.endpoint
+    client = endpoint.anthropic_client(max_retries=0)
+    question = {"role": "user", "content": "What is 12 + 7? Use the add tool."}
+    ask: dict[str, Any] = {"model": endpoint.model, "tools": [ADD], "extra_body": GREEDY}
+
+    @ls.trace_agent(name="calculator")
+    def agent(task: str) -> Any:
+        forced = {"type": "tool", "name": "add"}
+        first = client.messages.create(**ask, max_tokens=40, messages=[question], tool_choice=forced)
+        [use] = first.content
+        result = {"type": "tool_result", "tool_use_id": use.id, "content": str(sum(use.input.values()))}
+        history = [
+            question,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": [result]},
+        ]
+        client.messages.create(**ask, max_tokens=8, messages=history)
+        return use
+
+    with ls.capture() as episodes:
+        use = agent("12 + 7")
+    first, second = episodes[0].calls
+    [tool_call] = first.response_message["tool_calls"]
+    assert tool_call["id"] == use.id and tool_call["function"]["name"] == "add"
+    assert json.loads(tool_call["function"]["arguments"]) == use.input
+    assert first.finish_reason == "tool_calls" and first.metadata["stop_reason"] == "tool_use"
+    assert first.tools == [
+        {
+            "type": "function",
+            "function": {
+                **{k: ADD[k] for k in ("name", "description")},
+                "parameters": ADD["input_schema"],
+                "strict": True,
+            },
+        }
+    ]
+    assert [message["role"] for message in second.messages] == ["user", "assistant", "tool"]
+    assert second.messages[1]["tool_calls"][0]["id"] == use.id
+    assert second.messages[2]["tool_call_id"] == use.id
+    assert first.trainable and second.trainable
 
 
 def test_a_refused_call_is_recorded_with_its_error_and_the_agent_sees_it(served_endpoint: Any) -> None:

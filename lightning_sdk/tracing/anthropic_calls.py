@@ -47,11 +47,13 @@ def messages_request_record(body: Mapping[str, Any], base_url: str | None, start
     """The request half of a Messages record, in chat terms (a body the conversion cannot read keeps its
     messages out of the record: the server refuses it, and the record keeps the error)."""
     try:
-        messages: list[dict[str, Any]] | None = chat_messages(body.get("messages"), body.get("system"))
+        messages: list[dict[str, Any]] | None = chat_messages(
+            _as_data(body.get("messages")), _as_data(body.get("system"))
+        )
     except MessagesInputError:
         messages = None
     try:
-        tools = chat_tools(body.get("tools")) or None
+        tools = chat_tools(_as_data(body.get("tools"))) or None
     except MessagesInputError:
         tools = plain(body.get("tools"))
     return LLMCall(
@@ -64,6 +66,21 @@ def messages_request_record(body: Mapping[str, Any], base_url: str | None, start
         started_at=started_at,
         metadata={"api": API},
     )
+
+
+def _as_data(value: Any) -> Any:
+    """`value` as plain data. The client sends what the agent passed as it is (a message's content may be
+    the blocks of an earlier reply, its own objects): those go through `jsonable`, while the usual
+    messages of dicts and strings are checked, not copied (this runs on every call's path)."""
+    if not isinstance(value, list):
+        return value if value is None or isinstance(value, (str, dict)) else plain(value)
+    for item in value:
+        if not isinstance(item, dict):
+            return plain(value)
+        content = item.get("content")
+        if isinstance(content, list) and not all(isinstance(block, dict) for block in content):
+            return plain(value)
+    return value
 
 
 def _extras(obj: Any) -> dict[str, Any]:
