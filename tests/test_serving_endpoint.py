@@ -1,4 +1,4 @@
-"""LLMEndpoint: plain data that builds openai clients and environment variables."""
+"""LLMEndpoint: plain data that builds openai and anthropic clients and environment variables."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import anthropic
 import openai
 import pytest
 
@@ -23,12 +24,18 @@ def test_endpoint_builds_clients_and_env(monkeypatch: pytest.MonkeyPatch) -> Non
         "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
         "OPENAI_API_KEY": "sk-test",
         "OPENAI_MODEL": "m",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",  # the anthropic client adds /v1/messages itself
+        "ANTHROPIC_API_KEY": "sk-test",
     }
     for name in endpoint.env:
         monkeypatch.delenv(name, raising=False)
     endpoint.export_env()
     assert os.environ["OPENAI_BASE_URL"] == "http://127.0.0.1:9/v1"
     assert str(openai.OpenAI().base_url).rstrip("/") == "http://127.0.0.1:9/v1"
+    hosted = anthropic.Anthropic()  # built from the environment, as an agent's default client is
+    assert str(hosted.base_url).rstrip("/") == "http://127.0.0.1:9" and hosted.api_key == "sk-test"
+    assert str(endpoint.anthropic_client().base_url).rstrip("/") == "http://127.0.0.1:9"
+    assert isinstance(endpoint.async_anthropic_client(), anthropic.AsyncAnthropic)
 
 
 def test_endpoint_and_serve_import_without_torch() -> None:
