@@ -13,8 +13,9 @@ Besides Anthropic's fields, the answers carry the token-level extras of our othe
 `message_start.message` carries `prompt_token_ids` and `weight_version`, and `message_delta` carries all four
 for the whole message.
 
-This module imports nothing of the package (only pydantic), so the recording side can hold the same
-definitions.
+Of the package it imports only the error type of the conversation's conversion
+(`lightning_sdk.tracing.messages_items`), which the recording side shares: the body is validated here, and
+converted to chat terms there, once for the server, the gateway's records and the anthropic capture.
 """
 
 from __future__ import annotations
