@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -248,15 +250,36 @@ def test_forced_tool_call_is_parsed_from_the_sampled_text(served_endpoint) -> No
         assert choice.message.content == expected.content
 
 
-def test_serve_runs_a_model_with_an_adapter(lora_adapter_dir) -> None:
+def _open_files() -> set[Path]:
+    """The files this process holds open (Linux)."""
+    opened = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            opened.add(Path(os.readlink(fd)))
+        except OSError:  # closed between listing and reading
+            continue
+    return opened
+
+
+def test_serve_runs_a_model_with_an_adapter(lora_adapter_dir, tmp_path: Path) -> None:
     # The standalone entry point, on the transformers engine to keep the test light.
-    with ls.serve(adapter=lora_adapter_dir, engine="transformers", max_model_len=512) as server:
+    store = tmp_path / "episodes.db"
+    with ls.serve(adapter=lora_adapter_dir, engine="transformers", max_model_len=512, store=store) as server:
         reply = server.endpoint.openai_client().chat.completions.create(
             model=server.endpoint.model, messages=QUESTION, max_tokens=4, temperature=0
         )
         assert reply.weight_version == lora_adapter_dir.name
         assert reply.choices[0].token_ids
+        assert store.resolve() in _open_files()
     assert not server.engine._thread.is_alive()  # stop() shut the engine down too
+    assert store.resolve() not in _open_files()  # and closed the store it opened
+
+
+def test_serve_closes_the_store_it_opened_when_the_model_fails_to_load(tmp_path: Path) -> None:
+    store = tmp_path / "episodes.db"
+    with pytest.raises(Exception, match="missing-model"):
+        ls.serve(tmp_path / "missing-model", engine="transformers", store=store)
+    assert store.resolve() not in _open_files()
 
 
 REPEATING_PROMPTS = (

@@ -8,7 +8,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -40,15 +40,19 @@ class ServerHandle:
     """Whether `stop()` also shuts the engine down (true for `serve()`)."""
     _server: Any = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
+    _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    """What `stop()` closes after the server: resources `serve()` opened for it (an episode store)."""
 
     def stop(self) -> None:
-        """Stop accepting requests, end the server thread and (if owned) shut the engine down."""
+        """Stop accepting requests, end the server thread, shut the engine down (if owned) and close
+        what `serve()` opened for the server. Calling it again does nothing."""
         if self._thread is not None and self._thread.is_alive():
             self._server.should_exit = True
             self._thread.join(timeout=30)
         if self.owns_engine:
             self.engine.shutdown()
             self.owns_engine = False
+        _close_all(self._closers)
 
     def wait(self) -> None:
         """Block until the server stops; Ctrl+C stops it."""
@@ -219,7 +223,13 @@ def serve(
             )
         engine_options.setdefault("weight_sync", "lora")
         engine_options.setdefault("max_adapters", len(roles))
-    built = create_engine(model, engine=engine, **engine_options)
+    closers: list[Callable[[], None]] = []
+    routes = _feedback_routes(store, reward_range, closers)
+    try:
+        built = create_engine(model, engine=engine, **engine_options)
+    except BaseException:
+        _close_all(closers)
+        raise
     try:
         if adapter is not None and roles:
             for role in roles:
@@ -236,27 +246,41 @@ def serve(
             upstream=upstream,
             tool_parser=tool_parser,
             roles=roles,
-            routes=_feedback_routes(store, reward_range),
+            routes=routes,
         )
     except BaseException:
         built.shutdown()
+        _close_all(closers)
         raise
+    handle._closers.extend(closers)
     if block:
         handle.wait()
     return handle
 
 
 def _feedback_routes(
-    store: EpisodeStore | str | os.PathLike[str] | None, reward_range: tuple[float, float] | None
+    store: EpisodeStore | str | os.PathLike[str] | None,
+    reward_range: tuple[float, float] | None,
+    closers: list[Callable[[], None]],
 ) -> list[RouteInstaller]:
+    """The feedback routes on `store`; a store opened here from a path is added to `closers` (a store
+    the caller passed stays the caller's to close)."""
     if store is None:
         if reward_range is not None:
             raise ValueError("reward_range applies to feedback, which needs store=...: pass both.")
         return []
     from lightning_sdk.serving.feedback_routes import feedback_routes
 
-    opened = store if isinstance(store, EpisodeStore) else EpisodeStore(store)
+    if isinstance(store, EpisodeStore):
+        return [feedback_routes(store, reward_range)]
+    opened = EpisodeStore(store)
+    closers.append(opened.close)
     return [feedback_routes(opened, reward_range)]
+
+
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    while closers:
+        closers.pop()()
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
