@@ -50,6 +50,7 @@ __all__ = [
     "build_checked_graph",
     "build_graph",
     "chat_model",
+    "check_messages",
     "checked_sql_agent",
     "prompt_messages",
     "sql_agent",
@@ -93,14 +94,30 @@ REVISE_PROMPT = "That query failed with the error: {error}\nWrite a corrected qu
 
 ROLES = (AGENT_NAME, "check_query", "rewrite_query")
 """The model-calling nodes of `checked_sql_agent`, named as their calls are recorded."""
-CHECK_PROMPT = """Question: {question}
-Query:
-```sql
-{sql}
-```
-Result (first rows): {rows}
-
-Does the result answer the question? Answer yes or no."""
+CHECK_SYSTEM = "You check SQL queries. Answer with one word: yes or no."
+CHECK_PROMPT = "Question: {question}\nQuery: {sql}\nResult: {rows}\nDoes the result answer the question?"
+# Worked checks shown as earlier turns, as for the writer. Asked the plain question, the 135M model
+# answers "No, the result does not answer the question..." to every query, right or wrong (greedy), and
+# sampled at temperature 0.7 it said yes to 6% of right queries. With these four it answers in one word
+# and says yes to 14% of right queries (17% of wrong ones): still no judge, but a role whose yes leads to
+# a reward often enough for its group to have a spread. Greedy, it still says no to everything, so the
+# untrained agent rewrites every answer (measured on 276 sampled queries of seed 0's questions).
+CHECK_EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
+    ("How old is Anna?", "SELECT name FROM employees WHERE name = 'Anna'", "Anna", "no"),
+    (
+        "What is the salary of Tom?",
+        "SELECT salary FROM employees WHERE department = 'Sales'",
+        "52000; 61000; 48000",
+        "no",
+    ),
+    (
+        "How many employees are in the Sales department?",
+        "SELECT COUNT(*) FROM employees WHERE department = 'Sales'",
+        "7",
+        "yes",
+    ),
+    ("Which department is on floor 2?", "SELECT name FROM departments WHERE floor = 2", "Finance", "yes"),
+)
 REWRITE_PROMPT = (
     "The checker says this query does not answer the question. Write a better query in a ```sql block."
 )
@@ -133,6 +150,23 @@ def prompt_messages(db_path: str, question: str) -> list[dict[str, str]]:
         messages.append({"role": "user", "content": example_question})
         messages.append({"role": "assistant", "content": f"```sql\n{example_sql}\n```"})
     messages.append({"role": "user", "content": question})
+    return messages
+
+
+def check_messages(question: str, sql: str, result: QueryResult) -> list[dict[str, str]]:
+    """The checker's chat: its instructions, the worked checks, then the query to judge with its first
+    `CHECK_ROWS` rows."""
+    messages = [{"role": "system", "content": CHECK_SYSTEM}]
+    for example_question, example_sql, example_rows, verdict in CHECK_EXAMPLES:
+        messages.append(
+            {
+                "role": "user",
+                "content": CHECK_PROMPT.format(question=example_question, sql=example_sql, rows=example_rows),
+            }
+        )
+        messages.append({"role": "assistant", "content": verdict})
+    rows = "; ".join(", ".join(map(str, row)) for row in result.rows[:CHECK_ROWS]) or "no rows"
+    messages.append({"role": "user", "content": CHECK_PROMPT.format(question=question, sql=sql, rows=rows)})
     return messages
 
 
@@ -181,9 +215,7 @@ def build_checked_graph(model: BaseChatModel) -> Any:
         return {"result": run_query(state["db_path"], state["sql"])}
 
     def check_query(state: SQLState) -> SQLState:
-        rows = "; ".join(", ".join(map(str, row)) for row in state["result"].rows[:CHECK_ROWS]) or "no rows"
-        prompt = CHECK_PROMPT.format(question=state["question"], sql=state["sql"], rows=rows)
-        reply = model.invoke([{"role": "user", "content": prompt}])
+        reply = model.invoke(check_messages(state["question"], state["sql"], state["result"]))
         return {"verdict": reply.text.strip().lower().startswith("yes")}
 
     def rewrite_query(state: SQLState) -> SQLState:
