@@ -21,6 +21,8 @@ from lightning_sdk.serving.messages_translate import (
     stop_reason,
 )
 from tests.fixtures.greedy import assert_greedy_agrees, top_two_margins
+from tests.fixtures.tools import CHAT_ADD_STRICT as CHAT_ADD
+from tests.fixtures.tools import MESSAGES_ADD as ADD
 
 slow = pytest.mark.slow
 
@@ -34,25 +36,6 @@ ASK: dict[str, Any] = {
     "extra_body": {"temperature": 0},  # the client no longer has a temperature argument; the API has
 }
 CHAT = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
-ADD = {
-    "name": "add",
-    "description": "Add two integers.",
-    "input_schema": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-    "strict": True,  # the grammar keeps the call valid: the round trip does not hang on a 135M model's JSON
-}
-CHAT_ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": ADD["description"],
-        "parameters": ADD["input_schema"],
-        "strict": True,
-    },
-}
 
 
 # --- the translation, on its own -------------------------------------------------------------------------

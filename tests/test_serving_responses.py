@@ -14,20 +14,11 @@ import pytest
 import lightning_sdk as ls
 from lightning_sdk.training.records.metrics import read_metrics
 from tests.fixtures.greedy import assert_greedy_agrees, top_two_margins
+from tests.fixtures.tools import CHAT_ADD
+from tests.fixtures.tools import RESPONSES_ADD as ADD
 
 pytestmark = pytest.mark.slow
 
-ADD = {
-    "type": "function",
-    "name": "add",
-    "description": "Add two integers.",
-    "parameters": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-}
-CHAT_ADD = {"type": "function", "function": {k: v for k, v in ADD.items() if k != "type"}}
 QUESTION = "What is 12 + 7? Use the add tool."
 CALL_ID = "call_fixed_1"  # the agent builds the same history through either API: the call it asked for,
 ARGUMENTS = '{"a": 12, "b": 7}'  # whatever a 135M model wrote, and the tool's result

@@ -18,6 +18,8 @@ import lightning_sdk as ls
 from lightning_sdk.tracing.anthropic_capture import messages_path, recorded_base_url
 from lightning_sdk.tracing.routing import Router, routing
 from lightning_sdk.tracing.urls import same_endpoint
+from tests.fixtures.tools import CHAT_ADD_STRICT
+from tests.fixtures.tools import MESSAGES_ADD as ADD
 
 SYSTEM = "You answer in one word."
 QUESTION = [{"role": "user", "content": "Name a colour."}]
@@ -93,18 +95,6 @@ async def _async_stream(endpoint: Any) -> str:
     return "".join(parts)
 
 
-ADD = {
-    "name": "add",
-    "description": "Add two integers.",
-    "input_schema": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-    "strict": True,  # the grammar keeps the 135M model's call valid JSON
-}
-
-
 def test_a_tool_round_trip_is_recorded_as_chat_tool_calls(served_endpoint: Any) -> None:
     endpoint = served_endpoint.endpoint
     client = endpoint.anthropic_client(max_retries=0)
@@ -132,16 +122,7 @@ def test_a_tool_round_trip_is_recorded_as_chat_tool_calls(served_endpoint: Any) 
     assert tool_call["id"] == use.id and tool_call["function"]["name"] == "add"
     assert json.loads(tool_call["function"]["arguments"]) == use.input
     assert first.finish_reason == "tool_calls" and first.metadata["stop_reason"] == "tool_use"
-    assert first.tools == [
-        {
-            "type": "function",
-            "function": {
-                **{k: ADD[k] for k in ("name", "description")},
-                "parameters": ADD["input_schema"],
-                "strict": True,
-            },
-        }
-    ]
+    assert first.tools == [CHAT_ADD_STRICT]
     assert [message["role"] for message in second.messages] == ["user", "assistant", "tool"]
     assert second.messages[1]["tool_calls"][0]["id"] == use.id
     assert second.messages[2]["tool_call_id"] == use.id
