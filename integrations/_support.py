@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any
 
-from lightning_sdk.tracing.context import call_attributes, current_call_attributes
+from lightning_sdk.tracing.context import current_call_attributes, open_call_attributes
 from lightning_sdk.tracing.episode import Episode, LLMCall
 
 __all__ = [
@@ -76,36 +76,37 @@ def check_version(distribution: str, minimum: str, below: str, extra: str) -> No
 class CallLink:
     """A `call_attributes` scope opened in one framework callback and closed in another.
 
-    The scope adds `metadata[key] = value` to the calls the openai capture records inside it. Frameworks
-    do not always end a run in the context it started in (LangChain gathers async end callbacks in child
-    tasks), and a ContextVar cannot be reset from another context. So the scope's metadata is a dict of
-    ours that `close()` empties back to the outer metadata: a scope left behind adds nothing to later
-    calls. For the same reason the link carries no agent name; integrations name linked calls at the end.
+    The scope adds `metadata[key] = value` to the calls the openai capture records inside it, and names
+    their agent: `agent_name` is in scope while the request is made, which is when the router picks the
+    role's adapter (`TrainerConfig.roles`), not only once the framework call has ended. Frameworks do not
+    always end a run in the context it started in (LangChain gathers async end callbacks in child tasks),
+    and a ContextVar cannot be reset from another context: there `close()` sets the scope's attributes
+    back to the ones it covered (`open_call_attributes`), so a scope left behind adds nothing to later
+    calls. Integrations still name linked calls at the end (a call recorded without the scope, matched by
+    response id, gets its name there).
     """
 
-    def __init__(self, key: str, value: str) -> None:
+    def __init__(self, key: str, value: str, agent_name: str | None = None) -> None:
         self.key, self.value = key, value
+        self.agent_name = agent_name
         self.outer = current_call_attributes()
         """The attributes in scope when the link was made (for calls an integration records itself)."""
         self._outer_metadata = dict(self.outer.get("metadata") or {})
         self._metadata = {**self._outer_metadata, key: value}
-        self._scope: Any = None
+        self._leave: Callable[[], None] | None = None
 
     def open(self) -> CallLink:
         """Enter the scope in the current context (the one the model request will be made in)."""
-        self._scope = call_attributes(metadata=self._metadata)
-        self._scope.__enter__()
+        named = {"agent_name": self.agent_name} if self.agent_name is not None else {}
+        self._leave = open_call_attributes(metadata=self._metadata, **named)
         return self
 
     def close(self) -> None:
         """Leave the scope; safe from any context, and more than once."""
-        scope, self._scope = self._scope, None
-        if scope is not None:
-            try:
-                scope.__exit__(None, None, None)
-            except ValueError:
-                pass  # closed from another context: the emptied metadata below makes the scope inert
-        self._metadata.clear()
+        leave, self._leave = self._leave, None
+        if leave is not None:
+            leave()
+        self._metadata.clear()  # a recording that copied the scope's attributes before close sees no link
         self._metadata.update(self._outer_metadata)
 
     def calls(self, episode: Episode) -> list[LLMCall]:

@@ -159,7 +159,7 @@ class LightningCallbackHandler(BaseCallbackHandler):
         if episode is None:
             return
         name = agent_name_of(self.agent_name, kwargs.get("tags"), kwargs.get("metadata"), kwargs.get("name"))
-        link = CallLink(RUN_ID_KEY, str(run_id))
+        link = CallLink(RUN_ID_KEY, str(run_id), agent_name=name)
         # A batch starts all its runs before making any request, so a scope per run would tag every
         # request with the last run's id; batch runs are matched by response id or text instead.
         if (kwargs.get("batch_size") or 1) == 1:

@@ -131,10 +131,10 @@ class _AgentAttribution(TracingProcessor):
             return
         # Span start and end run in the model's own context (a `with generation_span(...)` block around
         # the request), so the scope opened here is the one the openai request is made in.
-        link = CallLink(SPAN_ID_KEY, span.span_id).open()
         agent_name = self._agent_of(span.parent_id)
         if agent_name is None:
             self._warn_unattributed()
+        link = CallLink(SPAN_ID_KEY, span.span_id, agent_name=agent_name).open()
         self._open[span.span_id] = _OpenGeneration(episode, agent_name, link, time.time())
 
     def _agent_of(self, span_id: str | None) -> str | None:

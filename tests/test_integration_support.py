@@ -49,3 +49,19 @@ def test_a_version_outside_the_supported_range_warns_once(monkeypatch):
 )
 def test_version_parsing(version, expected):
     assert _support._version_tuple(version) == expected
+
+
+def test_a_link_names_its_agent_while_open_and_closes_from_any_context() -> None:
+    import contextvars
+
+    from lightning_sdk.tracing.context import call_attributes, current_call_attributes
+
+    with call_attributes(metadata={"outer": "1"}):
+        link = _support.CallLink("run", "r1", agent_name="writer").open()
+        # The router reads the name when the request is made, before the framework's end callback.
+        assert current_call_attributes() == {"agent_name": "writer", "metadata": {"outer": "1", "run": "r1"}}
+        contextvars.copy_context().run(link.close)  # an end callback in a child task's context
+        assert current_call_attributes() == {"metadata": {"outer": "1"}}  # the scope left behind is inert
+        link.close()  # and closing again does nothing
+        assert current_call_attributes() == {"metadata": {"outer": "1"}}
+    assert current_call_attributes() == {}

@@ -187,6 +187,48 @@ def test_with_roles_each_call_names_its_role_s_adapter_to_the_endpoint(
     assert [r["model"] for r in policy_server.requests] == ["gpt-4o-mini"] * 2 + ["judge", "gpt-4o-mini"]
 
 
+def test_framework_agents_calls_name_their_role_s_adapter(policy_server: OpenAITestServer) -> None:
+    # LangGraph nodes and Agents SDK agents are named by the integrations' callbacks: the name must be
+    # known when the request is made, or every call is answered by the base model and trains nothing.
+    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, StateGraph
+
+    from lightning_sdk.integrations.langchain import LightningCallbackHandler
+    from lightning_sdk.integrations.openai_agents import instrument_openai_agents
+
+    instrument_openai_agents()
+    llm = ChatOpenAI(model="gpt-4o-mini", base_url=policy_server.base_url, api_key=RUN_KEY, max_retries=0)
+    graph = StateGraph(dict)
+    graph.add_node("writer", lambda state: {"draft": llm.invoke("write").text})
+    graph.add_node("checker", lambda state: {"verdict": llm.invoke("check").text})
+    graph.add_edge(START, "writer")
+    graph.add_edge("writer", "checker")
+    graph.add_edge("checker", END)
+    compiled = graph.compile()
+
+    @ls.trace_agent(name="pipeline")
+    async def pipeline(task: str) -> None:
+        compiled.invoke({}, config={"callbacks": [LightningCallbackHandler()]})
+        await compiled.ainvoke({}, config={"callbacks": [LightningCallbackHandler()]})
+        async with openai.AsyncOpenAI(base_url=policy_server.base_url, api_key=RUN_KEY, max_retries=0) as c:
+            desk = Agent(name="desk", model=OpenAIChatCompletionsModel(model="gpt-4o-mini", openai_client=c))
+            await Runner.run(desk, task, run_config=RunConfig(tracing_disabled=True))
+        llm.invoke("no agent")  # outside any node: no role, the base model answers
+
+    async def run() -> list[ls.Episode]:
+        roles = Roles(("writer", "checker", "desk"))
+        with ls.capture() as episodes, routing(Router(policy_server.base_url, RUN_KEY, roles=roles)):
+            await pipeline("hello")
+        return episodes
+
+    episodes = asyncio.run(run())
+    sent = [headers.get(ROLE_HEADER) for headers in policy_server.headers_seen]
+    assert sent == ["writer", "checker", "writer", "checker", "desk", None]
+    assert [call.adapter for call in episodes[0].all_calls()] == sent
+    assert [call.agent_name for call in episodes[0].all_calls()] == [*sent[:5], "pipeline"]
+
+
 def test_the_shared_adapter_answers_agents_without_a_role() -> None:
     router = Router("http://127.0.0.1:1/v1", RUN_KEY, compile_routes(None), Roles(("writer",), "shared"))
     assert router.route("any", "writer") == ("policy", "writer")

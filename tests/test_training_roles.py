@@ -3,6 +3,7 @@ optimizer state; checkpoints and adapter folders hold one subfolder per role."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,24 @@ def test_a_folder_without_a_role_s_adapter_is_refused_by_name(tmp_path: Path) ->
     other = build_lora_model(tiny_llama(), config, ("writer", "rewriter"))
     with pytest.raises(FileNotFoundError, match=r"no adapter for role\(s\) rewriter .*checker, writer"):
         load_adapter_weights(other, tmp_path / "adapter")
+
+
+def test_a_role_no_call_was_answered_by_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    from lightning_sdk.training.run_warnings import RunWarnings
+
+    warnings = RunWarnings()
+    metrics = {"calls/writer": 6, "calls/checker": 0}
+    with caplog.at_level(logging.WARNING, logger="lightning_sdk.training"):
+        warnings.idle_roles(["checker"], metrics)
+        warnings.idle_roles(["checker"], metrics)  # the same every step: said once
+    [record] = caplog.records
+    assert "'checker' had no call answered by their adapter" in record.getMessage()
+    assert "the other roles trained" in record.getMessage()
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lightning_sdk.training"):
+        RunWarnings().idle_roles(["writer", "checker"], {"calls/writer": 0, "calls/checker": 0})
+    [record] = caplog.records
+    assert (
+        "no role trained" in record.getMessage() and "named when the request is made" in record.getMessage()
+    )

@@ -26,6 +26,7 @@ __all__ = [
     "episode_scope",
     "last_episode",
     "notify_finished",
+    "open_call_attributes",
     "record_call",
     "remember_finished",
     "run_in_episode",
@@ -121,6 +122,33 @@ def call_attributes(**attributes: Any) -> Iterator[None]:
         yield
     finally:
         _call_attributes.reset(token)
+
+
+def open_call_attributes(**attributes: Any) -> Callable[[], None]:
+    """Enter a `call_attributes` scope now and return the function that leaves it, from any context.
+
+    For frameworks that start a model call in one callback and end it in another, which may run in
+    another context (LangChain gathers async end callbacks in child tasks). A ContextVar cannot be reset
+    from another context; there the scope's attributes are set back in place to the ones it covered, so a
+    scope left behind adds nothing to later calls. Leaving twice does nothing.
+    """
+    outer = dict(_call_attributes.get() or {})
+    live = {**outer, **attributes}
+    token = _call_attributes.set(live)
+    left = False
+
+    def leave() -> None:
+        nonlocal left
+        if left:
+            return
+        left = True
+        try:
+            _call_attributes.reset(token)
+        except ValueError:  # created in another context: make the scope that stays there inert
+            live.clear()
+            live.update(outer)
+
+    return leave
 
 
 def current_call_attributes() -> dict[str, Any]:

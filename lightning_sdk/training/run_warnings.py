@@ -59,14 +59,20 @@ class RunWarnings:
 
     def idle_roles(self, idle: Iterable[str], step_metrics: Mapping[str, Any]) -> None:
         """A role whose calls were all in groups without a reward spread trains nothing this step, as any
-        call would; a role that made no call at all is a name that matches no agent: say so, once."""
+        call would; a role no call was answered by is a name that matches no agent, or an agent whose
+        name was not known when its request was made: say so, once."""
         silent = [role for role in idle if not step_metrics.get(f"calls/{role}")]
         new_silent = [role for role in silent if role not in self.warned_idle_roles]
         if new_silent:
             self.warned_idle_roles.update(new_silent)
+            roles = [key.removeprefix("calls/") for key in step_metrics if key.startswith("calls/")]
+            others = "no role trained" if set(roles) <= set(silent) else "the other roles trained"
             log.warning(
-                "role(s) %s made no call this step; the other roles trained. Check that an agent of that "
-                "name calls the model, or route its calls with TrainerConfig(routes={'agent:<name>': "
-                "'<role>'}) (the metric calls/<role> counts each role's calls; warned once per role).",
+                "role(s) %s had no call answered by their adapter this step; %s. Check that an agent of "
+                "that name calls the model and is named when the request is made (our integrations name "
+                "a framework's calls as they start; a call named only afterwards is answered by the base "
+                "model), or route its calls with TrainerConfig(routes={'agent:<name>': '<role>'}) (the "
+                "metric calls/<role> counts each role's calls; warned once per role).",
                 ", ".join(repr(role) for role in new_silent),
+                others,
             )
