@@ -115,13 +115,11 @@ def call_attributes(**attributes: Any) -> Iterator[None]:
     Integrations use this to attribute calls that the openai capture records to a framework's agent.
     Inner scopes override outer ones.
     """
-    merged = dict(_call_attributes.get() or {})
-    merged.update(attributes)
-    token = _call_attributes.set(merged)
+    leave = open_call_attributes(**attributes)
     try:
         yield
     finally:
-        _call_attributes.reset(token)
+        leave()
 
 
 def open_call_attributes(**attributes: Any) -> Callable[[], None]:
