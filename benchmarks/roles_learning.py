@@ -5,7 +5,8 @@ for the two configurations and writes benchmarks/results/roles_learning.md.
     python benchmarks/learning.py --only sql_langchain --seeds 0 1 2 --label checker-shared \\
         --set checker=true
     python benchmarks/learning.py --only sql_langchain --seeds 0 1 2 --label checker-per-role \\
-        --set checker=true --set 'roles=["write_query","check_query","rewrite_query"]'
+        --set checker=true --set 'roles=["write_query","check_query","rewrite_query"]' \\
+        --set episode_timeout_s=900
     python benchmarks/roles_learning.py [--runs runs/learning]
 
 The held-out reward says how the whole agent did; this says which role did what. From every recorded
