@@ -16,7 +16,10 @@ matrix products, chosen by the batch's shape (`lora_products`):
 - a large batch mixing adapters (prefill): one product per adapter over that adapter's tokens, where
   the stacked product's extra arithmetic would dominate.
 
-The products run in float32 on cached copies of the weights (`_float32_slots`).
+`lora_delta` applies both products of one projection; for a small mixed batch it keeps every slot's
+thin shrink output and zeroes the other slots' parts with a one-hot mask, instead of picking each
+token's part and spreading it out again. The products run in float32 on cached copies of the weights
+(`_float32_slots`).
 
 The layers reach the ops through vLLM's CPU punica wrapper, which in vLLM's V1 engine always takes its
 prefill path: for every LoRA layer, every projection and every step it spreads the per-sequence indices
@@ -86,6 +89,7 @@ class BatchPlan:
 
     @property
     def tokens(self) -> int:
+        """How many tokens the batch holds."""
         return int(self.indices.shape[0])
 
     def stack(self, slots: int) -> tuple[int, int, torch.Tensor]:
