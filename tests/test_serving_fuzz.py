@@ -10,9 +10,9 @@ timeout, or a 4xx whose body is an OpenAI error object (Anthropic's on the Messa
 
 Generation is deterministic so CI runs the same cases every time; set `LIGHTNING_SDK_FUZZ_SEED` to
 explore new ones (the property holds for any seed) and `LIGHTNING_SDK_FUZZ_EXAMPLES` for more of them.
-Explicit lengths are kept to at most 16 tokens and 4 choices, or past the context window: the values in
-between are valid and only cost generation time, which `default_max_tokens` bounds for requests that
-omit them.
+Explicit lengths are kept to at most 16 tokens and 4 choices, or past the context window, however they
+are written (the request models read `"1000"` and `1000.0` as 1000): the values in between are valid and
+only cost generation time, which `default_max_tokens` bounds for requests that omit them.
 """
 
 from __future__ import annotations
@@ -186,13 +186,40 @@ def served_and_bounded(case: Any, model: str | None) -> Any:
     if model is not None:
         body["model"] = model
     for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-        value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and 16 < value <= 2048:
-            body[name] = value % 17
-    if isinstance(body.get("n"), int) and not isinstance(body["n"], bool) and body["n"] > 4:
-        body["n"] = body["n"] % 5
+        if name in body:
+            body[name] = bounded(body[name], 16, 2048)
+    if "n" in body:
+        body["n"] = bounded(body["n"], 4, None)
     case.body = body
     return case
+
+
+def bounded(value: Any, most: int, past: int | None) -> Any:
+    """`value`, or the same kind of value below `most` when the server would read it as an integer between
+    `most` and `past` (a costly length or count). The request models read integers leniently, as pydantic
+    does: `"1000"` and `1000.0` are 1000, so a negative case that sends them would ask for 1000 tokens, a
+    generation whose time depends on when the sampled answer ends (once over the 60 s timeout)."""
+    number = lenient_int(value)
+    if number is None or number <= most or (past is not None and number > past):
+        return value
+    small = number % (most + 1)
+    return str(small) if isinstance(value, str) else type(value)(small)
+
+
+def lenient_int(value: Any) -> int | None:
+    """The integer a lenient integer field reads from `value`, or None when it reads none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
 
 
 def test_every_generated_request_gets_a_2xx_or_an_openai_4xx(api_cases: Any, server: Any) -> None:
