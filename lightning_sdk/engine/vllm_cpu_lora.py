@@ -146,8 +146,8 @@ def _float32_slots(weights: torch.Tensor, transposed: bool = False) -> torch.Ten
     inner dimension is several times slower than a float32 one on a CPU). It is kept while the weights'
     version counter stands still: vLLM loads and removes adapters by writing into these tensors in
     place, which bumps it, so a new adapter is never served from an old copy. The copies cost memory:
-    for the bundled model with 10 slots of rank 16, about 200 MB when serving in bfloat16 (every matrix)
-    and 100 MB in float32 (the transposed ones).
+    for the bundled model with 10 slots of rank 16, about 300 MB when serving in bfloat16 (every matrix,
+    and the expand matrices transposed as well) and 100 MB in float32 (the transposed ones).
     """
     import torch
 
