@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_sdk.engine.placement import auto_dtype, plan_placement, serving_dtype
+from lightning_sdk.engine.placement import CPU_BF16_ENV, auto_dtype, plan_placement, serving_dtype
 from lightning_sdk.training.update.distributed import Distributed
 
 TORCHRUN_RANK_1 = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
@@ -92,3 +92,13 @@ def test_serving_dtype_is_float32_on_a_cpu_without_bf16_arithmetic() -> None:
     assert serving_dtype(on_cpu=False) == "auto"  # the checkpoint's dtype on a GPU, as vLLM decides
     assert serving_dtype(on_cpu=True, native_bf16=False) == "float32"
     assert serving_dtype(on_cpu=True, native_bf16=True) == "bfloat16"
+
+
+def test_the_cpu_bf16_variable_picks_the_serving_dtype_on_any_cpu(monkeypatch) -> None:
+    for value, dtype in (("0", "float32"), ("1", "bfloat16")):
+        monkeypatch.setenv(CPU_BF16_ENV, value)
+        assert serving_dtype(on_cpu=True) == dtype
+        assert serving_dtype(on_cpu=False) == "auto"  # a GPU serves the checkpoint's dtype regardless
+    monkeypatch.setenv(CPU_BF16_ENV, "yes")
+    with pytest.raises(ValueError, match=r"LIGHTNING_SDK_CPU_BF16='yes'.*0 .*or 1"):
+        serving_dtype(on_cpu=True)

@@ -168,3 +168,34 @@ def test_the_lease_that_holds_a_rollout_is_found_by_its_id(clock) -> None:
     clock.now = 11  # expired: the lease holds nothing any more
     with pytest.raises(LeaseLost, match="the lease expired"):
         queue.leased("r0", lease.lease_id)
+
+
+def test_a_lease_holds_while_the_server_answers_under_it(clock) -> None:
+    queue, _ = open_queue(clock)
+    lease = queue.lease("a")
+    queue.begin_serving("r0", lease.lease_id)
+    queue.begin_serving("r0", lease.lease_id)  # two requests at once
+    clock.now = 50.0  # far past the renewal time: a slow engine, not a dead runner
+    assert queue.stats()["leased"] == 1 and queue.leased("r0", lease.lease_id) == lease
+    queue.end_serving("r0", lease.lease_id)
+    clock.now = 80.0
+    assert queue.stats()["leased"] == 1  # the other request is still being answered
+    queue.end_serving("r0", lease.lease_id)  # the renewal clock restarts here, at 80
+    clock.now = 89.0
+    queue.renew("r0", lease.lease_id)
+    clock.now = 99.5
+    with pytest.raises(LeaseLost, match="expired"):
+        queue.renew("r0", lease.lease_id)  # not renewed for 10.5 s after the answer
+    queue.end_serving("r0", lease.lease_id)  # a lost lease's late end changes nothing
+    assert queue.lease("b").attempt == 2
+
+
+def test_the_episode_time_limit_holds_even_while_a_request_is_answered(clock) -> None:
+    queue, _ = open_queue(clock)
+    lease = queue.lease("a")
+    queue.begin_serving("r0", lease.lease_id)
+    clock.now = 110.0  # past episode_timeout_s + lease_timeout_s
+    with pytest.raises(LeaseLost):
+        queue.leased("r0", lease.lease_id)
+    with pytest.raises(LeaseLost):
+        queue.begin_serving("r0", lease.lease_id)

@@ -13,6 +13,7 @@ import pytest
 import lightning_sdk as ls
 from lightning_sdk.serving.tool_grammar import tool_grammar
 from lightning_sdk.training.algorithm.samples import build_samples
+from tests.fixtures.tools import ADD_SCHEMA
 
 # Bounded fields: every answer the grammar allows fits in max_tokens, so the served tests hold for any sample.
 NUMBER = {"type": "integer", "minimum": 0, "maximum": 999}
@@ -61,10 +62,47 @@ def matches(bundled_model: Any) -> Any:
     return check
 
 
-def test_nothing_is_constrained_without_strict_tools_or_a_json_format() -> None:
+def test_nothing_is_constrained_without_strict_tools_a_forced_call_or_a_json_format() -> None:
     assert tool_grammar([LOOSE], "auto", None) is None
+    assert tool_grammar([LOOSE], "none", None) is None
     assert tool_grammar([], "auto", ANSWER) is None  # no tools: the response_format alone constrains
-    assert tool_grammar([LOOSE], "required", None) is None
+
+
+def test_a_forced_call_of_a_tool_without_strict_is_a_call_with_any_object(matches: Any) -> None:
+    # What the bundled model answered a forced `add` without `strict` in float32, and must no longer.
+    named = tool_grammar([LOOSE], {"type": "function", "function": {"name": "note"}}, None)
+    assert matches(named, '{"text":"x","tags":[1,{"y":null}]}}\n</tool_call>')
+    assert matches(named, "{}}\n</tool_call>")
+    assert not matches(named, '2, "b": 3}}\n</tool_call>') and not matches(named, "I cannot.")
+    required = tool_grammar([LOOSE], "required", None)
+    assert matches(required, '{"name": "note", "arguments": {"a":1}}\n</tool_call>')
+    assert not matches(required, '{"name": "other", "arguments": {}}\n</tool_call>')
+    assert not matches(required, "Sure, here you go.")
+
+
+def test_a_strict_schema_must_close_every_object() -> None:
+    from lightning_sdk.serving.strict_schema import open_objects
+
+    closed = ADD["function"]["parameters"]
+    assert list(open_objects(closed)) == []
+    nested = {
+        "type": "object",
+        "properties": {
+            "point": {"type": "object", "properties": {"x": NUMBER}},
+            "tags": {"type": "array", "items": {"properties": {"k": {"type": "string"}}}},
+            "either": {"anyOf": [{"type": ["object", "null"], "additionalProperties": True}, NUMBER]},
+            "ref": {"$ref": "#/$defs/box"},
+        },
+        "$defs": {"box": {"type": "object", "additionalProperties": {"type": "string"}}},
+        "additionalProperties": False,
+    }
+    assert list(open_objects(nested)) == [
+        ("properties", "point"),
+        ("properties", "tags", "items"),
+        ("properties", "either", "anyOf", "0"),
+        ("$defs", "box"),
+    ]
+    assert list(open_objects({"type": "object"})) == [()]
 
 
 def test_auto_allows_free_text_or_text_then_a_valid_call(matches: Any) -> None:
@@ -169,6 +207,152 @@ def test_tools_next_to_a_json_format_answer_json_or_call_and_train_only_free_tok
         (sample,) = build_samples([call], [1.0], episode.id)
         forced = [value > -1e-6 for value in call.logprobs]
         assert any(forced) and sample.loss_mask == [0 if f else 1 for f in forced]  # the grammar's tokens
+
+
+# A tool as most agents write it: no `strict`, an open object. Forced, the answer must still be its call.
+# Its arguments have no schema to bound them, and with nothing to copy the bundled model nests keys until
+# max_tokens (greedy, in float32 and bfloat16 alike); an agent's earlier call in the history gives it the
+# shape, as in a real agent loop, so the call fits in max_tokens on either dtype.
+MULTIPLY = {"name": "multiply", "description": "Multiply two integers.", "parameters": ADD_SCHEMA}
+EARLIER, AGAIN = "What is 3 times 4? Use the multiply tool.", "What is 12 times 7? Use the multiply tool."
+EARLIER_CALL = {"a": 3, "b": 4}
+
+
+def _forced_chat(endpoint: Any, choice: Any) -> tuple[str, Any]:
+    history = [
+        {"role": "user", "content": EARLIER},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "multiply", "arguments": json.dumps(EARLIER_CALL)},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "12"},
+        {"role": "assistant", "content": "3 times 4 is 12."},
+        {"role": "user", "content": AGAIN},
+    ]
+    reply = endpoint.openai_client(max_retries=0).chat.completions.create(
+        model="default",
+        messages=history,
+        tools=[{"type": "function", "function": MULTIPLY}],
+        tool_choice=choice,
+        max_tokens=100,
+        temperature=0,
+    )
+    [call] = reply.choices[0].message.tool_calls
+    return call.function.name, json.loads(call.function.arguments)
+
+
+def _forced_responses(endpoint: Any, choice: Any) -> tuple[str, Any]:
+    history = [
+        {"role": "user", "content": EARLIER},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "multiply",
+            "arguments": json.dumps(EARLIER_CALL),
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": "12"},
+        {"role": "assistant", "content": "3 times 4 is 12."},
+        {"role": "user", "content": AGAIN},
+    ]
+    reply = endpoint.openai_client(max_retries=0).responses.create(
+        model="default",
+        input=history,
+        tools=[{"type": "function", **MULTIPLY}],
+        tool_choice=choice,
+        max_output_tokens=100,
+        temperature=0,
+    )
+    [call] = [item for item in reply.output if item.type == "function_call"]
+    return call.name, json.loads(call.arguments)
+
+
+def _forced_messages(endpoint: Any, choice: Any) -> tuple[str, Any]:
+    tool = {"name": MULTIPLY["name"], "description": MULTIPLY["description"], "input_schema": ADD_SCHEMA}
+    history = [
+        {"role": "user", "content": EARLIER},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "multiply", "input": EARLIER_CALL}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "12"}]},
+        {"role": "assistant", "content": "3 times 4 is 12."},
+        {"role": "user", "content": AGAIN},
+    ]
+    with endpoint.anthropic_client(max_retries=0) as client:
+        reply = client.messages.create(
+            model="default",
+            messages=history,
+            tools=[tool],
+            tool_choice=choice,
+            max_tokens=100,
+            extra_body={"temperature": 0},
+        )
+    [block] = reply.content  # no text beside the call: the turn starts with it
+    assert block.type == "tool_use" and reply.stop_reason == "tool_use"
+    return block.name, block.input
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("ask", "named", "any_tool"),
+    [
+        (_forced_chat, {"type": "function", "function": {"name": "multiply"}}, "required"),
+        (_forced_responses, {"type": "function", "name": "multiply"}, "required"),
+        (_forced_messages, {"type": "tool", "name": "multiply"}, {"type": "any"}),
+    ],
+    ids=["chat", "responses", "messages"],
+)
+def test_a_forced_call_of_a_tool_without_strict_is_its_call_on_every_api(
+    served_endpoint: Any, ask: Any, named: Any, any_tool: Any
+) -> None:
+    for choice in (named, any_tool):
+        name, arguments = ask(served_endpoint.endpoint, choice)
+        assert name == "multiply" and isinstance(arguments, dict)
+
+
+@pytest.mark.slow
+def test_a_strict_tool_with_an_open_object_is_refused_on_every_api(served_endpoint: Any) -> None:
+    import anthropic
+    import openai
+
+    endpoint = served_endpoint.endpoint
+    client = endpoint.openai_client(max_retries=0)
+    open_add = {
+        **ADD["function"],
+        "parameters": {**ADD["function"]["parameters"], "additionalProperties": True},
+    }
+    with pytest.raises(openai.BadRequestError) as chat:
+        client.chat.completions.create(
+            model="default", messages=ASK, tools=[{"type": "function", "function": open_add}], max_tokens=4
+        )
+    error = chat.value.body
+    assert error["param"] == "tools[0].function.parameters" and error["code"] == "invalid_function_parameters"
+    assert "'add'" in error["message"] and "additionalProperties" in error["message"]
+    with pytest.raises(openai.BadRequestError, match="the schema's root"):
+        client.responses.create(
+            model="default", input="hi", tools=[{"type": "function", **open_add}], max_output_tokens=4
+        )
+    nested = {"type": "object", "properties": {"p": {"type": "object"}}, "additionalProperties": False}
+    strict_nested = {"name": "add", "input_schema": nested, "strict": True}
+    with (
+        endpoint.anthropic_client(max_retries=0) as messages,
+        pytest.raises(anthropic.BadRequestError, match="properties/p") as refused,
+    ):
+        messages.messages.create(model="default", messages=ASK, tools=[strict_nested], max_tokens=4)
+    assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    # The same tools without `strict` are served: an open object is theirs to ask for.
+    loose = {**open_add, "strict": False}
+    reply = client.chat.completions.create(
+        model="default", messages=ASK, tools=[{"type": "function", "function": loose}], max_tokens=2
+    )
+    assert reply.choices[0].finish_reason in ("length", "stop", "tool_calls")
 
 
 def test_the_transformers_engine_serves_strict_tools_unconstrained(transformers_engine: Any) -> None:

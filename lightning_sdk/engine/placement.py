@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
+    "CPU_BF16_ENV",
     "DEFAULT_GPU_MEMORY_SHARE",
     "Placement",
     "auto_dtype",
@@ -60,9 +61,23 @@ def serving_dtype(on_cpu: bool, native_bf16: bool | None = None) -> str:
     return "bfloat16" if (cpu_has_native_bf16() if native_bf16 is None else native_bf16) else "float32"
 
 
+CPU_BF16_ENV = "LIGHTNING_SDK_CPU_BF16"
+"""Set to `0` to serve as a CPU without bfloat16 arithmetic does (float32), `1` to serve in bfloat16, on
+any CPU. Unset, the CPU is asked. Tests and CI use it to run, on one machine, what the other kind gets."""
+
+
 def cpu_has_native_bf16() -> bool:
-    """True unless this is an x86 CPU without AVX512-BF16 (CPUs with AMX have it too)."""
+    """True unless this is an x86 CPU without AVX512-BF16 (CPUs with AMX have it too), or
+    `LIGHTNING_SDK_CPU_BF16` says otherwise (`0` or `1`)."""
     import platform
+
+    forced = os.environ.get(CPU_BF16_ENV, "").strip()
+    if forced:
+        if forced not in {"0", "1"}:
+            raise ValueError(
+                f"{CPU_BF16_ENV}={forced!r}: set it to 0 (serve in float32) or 1 (bfloat16), or unset it."
+            )
+        return forced == "1"
 
     import torch
 

@@ -7,6 +7,9 @@ processes or on other machines, lease a rollout, run the agent and upload the re
 - a lease expires when its runner stops renewing it (it died or lost the network) or when the episode ran
   past the episode time limit (it hangs); the rollout is then issued again, up to `max_attempts` times,
   after which it counts as a failed episode with the reason;
+- while the server answers a request made under a lease (the gateway's, `begin_serving`), it does not
+  lapse for want of renewal: the runner is waiting on us, and a slow engine is no sign that it died. The
+  episode time limit still holds, and the renewal clock restarts when the answer is done;
 - an upload is accepted once: the same upload again (same lease) is answered as already stored, an upload
   under a lease the rollout no longer has is refused (`LeaseLost`), never mixed in.
 
@@ -70,6 +73,8 @@ class _Entry:
     runner: str | None = None
     renew_by: float = 0.0
     finish_by: float = 0.0
+    serving: int = 0
+    """Requests under the current lease the server is answering now (`RolloutQueue.begin_serving`)."""
     outcome: Outcome | None = None
     finished_lease: str | None = None
     history: list[str] = field(default_factory=list)
@@ -196,6 +201,24 @@ class RolloutQueue:
             entry.renew_by = self._clock() + self.lease_timeout_s
             return self.lease_timeout_s
 
+    def begin_serving(self, rollout_id: str, lease_id: str) -> None:
+        """A request under this lease is being answered: the lease holds (for want of renewal) until the
+        matching `end_serving`. Raises `LeaseLost` or `UnknownRollout` as `renew` does."""
+        with self._changed:
+            entry = self._leased(rollout_id, lease_id)
+            entry.serving += 1
+            entry.renew_by = self._clock() + self.lease_timeout_s
+
+    def end_serving(self, rollout_id: str, lease_id: str) -> None:
+        """The answer begun with `begin_serving` is done: the renewal clock restarts now. Nothing happens
+        when the lease was lost meanwhile (the episode time limit ran out)."""
+        with self._changed:
+            entry = self._entries.get(rollout_id)
+            if entry is None or entry.lease_id != lease_id or entry.serving == 0:
+                return
+            entry.serving -= 1
+            entry.renew_by = self._clock() + self.lease_timeout_s
+
     def leased(self, rollout_id: str, lease_id: str) -> Lease:
         """The lease that holds the rollout, when it is `lease_id` (else `LeaseLost` or `UnknownRollout`)."""
         with self._changed:
@@ -243,6 +266,7 @@ class RolloutQueue:
         entry.runner = runner
         entry.renew_by = now + self.lease_timeout_s
         entry.finish_by = now + self.episode_timeout_s + self.lease_timeout_s
+        entry.serving = 0
         spec = entry.spec
         entry.lease = Lease(
             rollout_id=spec.rollout_id,
@@ -269,7 +293,7 @@ class RolloutQueue:
         for rollout_id, entry in self._entries.items():
             if entry.lease_id is None or entry.outcome is not None:
                 continue
-            if now < entry.renew_by and now < entry.finish_by:
+            if (now < entry.renew_by or entry.serving) and now < entry.finish_by:
                 continue
             reason = (
                 "stopped renewing its lease" if now >= entry.renew_by else "ran past the episode time limit"

@@ -19,7 +19,8 @@ The gateway (`/rollouts/<id>/<lease id>/v1`, see `lightning_sdk.rollouts.gateway
 `completions`, `responses` and Anthropic's `messages` are answered by the same code as on `/v1` and recorded
 into the lease's episode; `GET models` and `messages/count_tokens` as on `/v1`, not recorded; anything else
 (an agent's embeddings) passes through as on `/v1`, not recorded. Every request there needs the lease, and
-renews it. (An Anthropic client takes the gateway base URL without its `/v1`: it appends `/v1/messages`.)
+renews it; a recorded request holds it until it is answered, however long the engine takes. (An Anthropic
+client takes the gateway base URL without its `/v1`: it appends `/v1/messages`.)
 
 Refusals are OpenAI-style error objects (Anthropic's on the gateway's Messages paths): 400 for a body that
 does not validate (`param` names the field), 401 for a wrong key, 404 for a rollout that is not open, 409 for
@@ -30,13 +31,13 @@ body over its size limit. Nothing already stored changes on a refused request.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 
 from lightning_sdk.rollouts.gateway import GatewayRecorder
@@ -166,7 +167,9 @@ def gateway_router(api: OpenAIAPI, queue: RolloutQueue, recorder: GatewayRecorde
         dependencies=[Depends(_training_not_over(queue)), Depends(lease_held)],
     )
     for kind, path in API_PATHS.items():
-        router.add_api_route(path, _recorded(api, recorder, kind), methods=["POST"], name=f"gateway_{kind}")
+        router.add_api_route(
+            path, _recorded(api, queue, recorder, kind), methods=["POST"], name=f"gateway_{kind}"
+        )
 
     @router.get("/models")
     async def models() -> dict[str, Any]:
@@ -186,14 +189,38 @@ def gateway_router(api: OpenAIAPI, queue: RolloutQueue, recorder: GatewayRecorde
     return router
 
 
-def _recorded(api: OpenAIAPI, recorder: GatewayRecorder, kind: ApiKind) -> Callable[..., Awaitable[Any]]:
+def _recorded(
+    api: OpenAIAPI, queue: RolloutQueue, recorder: GatewayRecorder, kind: ApiKind
+) -> Callable[..., Awaitable[Any]]:
     async def serve(rollout_id: str, lease_id: str, request: Request) -> Any:
         body = await _read_object(request, MAX_EPISODE_BYTES)
         base_url = _gateway_url(request, rollout_id, lease_id)
         observe = recorder.recording(rollout_id, lease_id, kind, body, base_url)
-        return await api.serve(kind, body, observe, role=request.headers.get(ROLE_HEADER))
+        with _protocol_errors():
+            queue.begin_serving(rollout_id, lease_id)  # the lease holds while we answer (queue.py)
+        try:
+            answer = await api.serve(kind, body, observe, role=request.headers.get(ROLE_HEADER))
+        except BaseException:
+            queue.end_serving(rollout_id, lease_id)
+            raise
+        if isinstance(answer, StreamingResponse):  # answered while its events are sent, not before
+            answer.body_iterator = _then(
+                answer.body_iterator, lambda: queue.end_serving(rollout_id, lease_id)
+            )
+        else:
+            queue.end_serving(rollout_id, lease_id)
+        return answer
 
     return serve
+
+
+async def _then(events: AsyncIterable[Any], done: Callable[[], None]) -> AsyncIterator[Any]:
+    """`events`, then `done()`, however the stream ends (finished, failed, or the client went away)."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        done()
 
 
 def _training_not_over(queue: RolloutQueue) -> Callable[[], Awaitable[None]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.strict_schema import check_strict_tools
 
 __all__ = [
     "TOOL_CALL_END",
@@ -39,7 +40,8 @@ class ParsedOutput:
 
 
 def validate_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Check the `tools` field: a list of `{"type": "function", "function": {"name": ...}}`."""
+    """Check the `tools` field: a list of `{"type": "function", "function": {"name": ...}}`, in which a
+    strict tool's schema closes every object (`strict_schema.check_strict_tools`)."""
     for position, tool in enumerate(tools or []):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
@@ -53,6 +55,7 @@ def validate_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
                 f"tools[{position}].function.name must be a non-empty string.",
                 param=f"tools[{position}].function.name",
             )
+    check_strict_tools(list(tools or []))
     return list(tools or [])
 
 

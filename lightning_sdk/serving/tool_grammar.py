@@ -1,4 +1,4 @@
-"""Constrained tool calls: `strict` function schemas, and tools offered next to a JSON `response_format`.
+"""Constrained tool calls: `strict` schemas, forced calls, and tools next to a JSON `response_format`.
 
 A tool with `"strict": true` promises that a call's arguments validate against its `parameters` schema.
 The server keeps that promise the way structured outputs keep theirs: the engine's grammar backend masks
@@ -10,8 +10,10 @@ the tokens that would break the Hermes call format or the schema. The grammar de
 - `tool_choice="auto"` with a JSON `response_format`: that JSON, or calls. Without this the format would
   leave the model no way to call a tool (the Agents SDK sends both for an agent with tools and an
   `output_type`).
-- `"required"` or a named function: the call's opening is already in the prompt (`tool_choice_prefix`);
-  the grammar makes the rest calls, or the named function's arguments and the closing tag.
+- `"required"` or a named function, strict or not: the call's opening is already in the prompt
+  (`tool_choice_prefix`); the grammar makes the rest calls, or the named function's arguments and the
+  closing tag. A forced call is always a well-formed call of a tool offered (vLLM's own server constrains
+  a forced `tool_choice` the same way): without the grammar a small model may answer it with text.
 
 Tools without `strict` get "any JSON object" as their arguments. JSON is compact (no free whitespace), as
 for structured outputs. Grammars are in the Lark dialect of llguidance, the vLLM backend that runs them.
@@ -50,7 +52,8 @@ def tool_grammar(
             one: a small model sampling at temperature 1 otherwise tends to chain calls until `max_tokens`.
     """
     strict = any(tool["function"].get("strict") for tool in tools)
-    if not tools or not (strict or json_content is not None):
+    forced = tool_choice == "required" or isinstance(tool_choice, dict)
+    if not tools or not (strict or forced or json_content is not None):
         return None
     calls = _call_rules(tools, parallel)
     if isinstance(tool_choice, dict):
