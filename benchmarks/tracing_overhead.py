@@ -247,7 +247,7 @@ def recording_code_alone(client: openai.OpenAI, router: Router | None, count: in
     from openai._models import FinalRequestOptions
     from openai.types.chat import ChatCompletion
 
-    from lightning_sdk.tracing.openai_capture import _start
+    from lightning_sdk.tracing.capture.openai_client import _start
 
     response = client.chat.completions.create(model="test-model", messages=MESSAGES)
     # The client builds a request's options afresh for every request (and routing changes them in place):

@@ -48,13 +48,13 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_framework("the OpenAI Agents SDK (openai-agents)", "openai-agents") from error
 
 from lightning_sdk.integrations._agents_local_spans import LocalSpansProvider
+from lightning_sdk.tracing.capture.openai_responses import calls_from_responses_api, responses_request_record
 from lightning_sdk.tracing.context import (
     current_episode,
     record_call,
 )
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.errors import never_break_the_agent
-from lightning_sdk.tracing.openai_responses import calls_from_responses_api, responses_request_record
 
 __all__ = [
     "SPAN_ID_KEY",

@@ -265,7 +265,7 @@ def _add_import(commands: Commands) -> None:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from lightning_sdk.tracing.otlp_import import import_traces
+    from lightning_sdk.tracing.formats.otlp_import import import_traces
     from lightning_sdk.tracing.store import EpisodeStore
 
     with EpisodeStore(args.store) as store:

@@ -20,7 +20,7 @@ from lightning_sdk.integrations.autogen import (
     is_autogen_instrumented,
     uninstrument_autogen,
 )
-from lightning_sdk.tracing.openai_capture import uninstrument_openai
+from lightning_sdk.tracing.capture.openai_client import uninstrument_openai
 from tests.fixtures.fake_openai_wire import fake_tokenize, render_chat_prompt
 from tests.fixtures.openai_server import OpenAITestServer, Reply
 

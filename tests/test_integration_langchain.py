@@ -24,7 +24,7 @@ from lightning_sdk.integrations.langchain import (
     is_langchain_instrumented,
     uninstrument_langchain,
 )
-from lightning_sdk.tracing.openai_capture import uninstrument_openai
+from lightning_sdk.tracing.capture.openai_client import uninstrument_openai
 from tests.fixtures.fake_openai_wire import fake_tokenize, render_chat_prompt, tool_call_text
 from tests.fixtures.openai_server import OpenAITestServer, Reply
 

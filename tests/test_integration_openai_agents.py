@@ -34,7 +34,7 @@ from lightning_sdk.integrations.openai_agents import (
     is_openai_agents_instrumented,
     uninstrument_openai_agents,
 )
-from lightning_sdk.tracing.openai_capture import uninstrument_openai
+from lightning_sdk.tracing.capture.openai_client import uninstrument_openai
 from tests.fixtures.fake_openai_wire import fake_tokenize, render_chat_prompt
 from tests.fixtures.openai_server import OpenAITestServer, Reply
 

@@ -11,8 +11,13 @@ The order is written here once (CONTRIBUTING.md's "Architecture" section says th
         algorithm                      episodes -> samples, pure: config only
         update                         torch: config and algorithm
         records                        run folder, episodes, metrics, report: config
-        (the rest: data, evaluation, event_loop, upstream, session, trainer) over all of training
+        run                            one run's parts, session, loop: all of the above and data
+        (the rest: data, evaluation, group_rewards, sft, trainer) over all of training
     cli, quickstart, runner, the package root   on top
+
+Inside a room, the folders keep to their side (`SIDES`): a wire format's conversion never reaches for the
+client capture, the server never patches clients, and each served API's folder stands on chat's and the
+tools' folders without reaching into another API's.
 
 Imports inside functions and under `TYPE_CHECKING` count too: they are imports all the same.
 """
@@ -47,8 +52,42 @@ TRAINING_ALLOWED: dict[str, set[str]] = {
     "algorithm": {"config"},
     "update": {"config", "config_checks", "algorithm"},
     "records": {"config"},
+    "run": {"config", "config_checks", "algorithm", "update", "records", "data"},
 }
 """Inside `training/`: what each part may import of `training/` besides itself (the rest is on top)."""
+
+_API_FOLDERS = (
+    "lightning_sdk.serving.chat",
+    "lightning_sdk.serving.responses",
+    "lightning_sdk.serving.messages",
+)
+SIDES: dict[str, tuple[str, ...]] = {
+    "lightning_sdk.tracing.formats": (
+        "lightning_sdk.tracing.capture",
+        "lightning_sdk.tracing.rewards",
+        "lightning_sdk.tracing.decorators",
+        "lightning_sdk.tracing.config",
+    ),
+    "lightning_sdk.tracing.capture": (
+        "lightning_sdk.tracing.rewards",
+        "lightning_sdk.tracing.store",
+        "lightning_sdk.tracing.config",
+        "lightning_sdk.tracing.decorators",
+    ),
+    "lightning_sdk.serving": ("lightning_sdk.tracing.capture",),
+    "lightning_sdk.serving.tools": (*_API_FOLDERS, "lightning_sdk.serving.context"),
+    "lightning_sdk.serving.passthrough": (*_API_FOLDERS, "lightning_sdk.serving.tools"),
+    "lightning_sdk.serving.chat": _API_FOLDERS[1:],
+    "lightning_sdk.serving.responses": ("lightning_sdk.serving.messages",),
+    "lightning_sdk.serving.messages": ("lightning_sdk.serving.responses",),
+    "lightning_sdk.training.run": (
+        "lightning_sdk.training.trainer",
+        "lightning_sdk.training.evaluation",
+        "lightning_sdk.training.sft",
+        "lightning_sdk.training.group_rewards",
+    ),
+}
+"""For each folder (its modules and everything below), the modules and folders it must not import."""
 
 
 def _modules() -> dict[str, Path]:
@@ -110,6 +149,46 @@ def _wrong_way() -> list[str]:
 
 def test_every_import_points_down_the_layer_order() -> None:
     assert _wrong_way() == []
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _off_side() -> list[str]:
+    problems = []
+    for module, path in _modules().items():
+        for folder, forbidden in SIDES.items():
+            if not _within(module, folder):
+                continue
+            for target, line in _imports(module, path):
+                for banned in forbidden:
+                    if _within(target, banned):
+                        problems.append(
+                            f"{path.relative_to(ROOT)}:{line} imports {target}: {folder} must not"
+                        )
+    return problems
+
+
+def test_each_folder_keeps_to_its_side() -> None:
+    assert _off_side() == []
+
+
+def test_the_side_check_sees_a_format_that_reaches_for_the_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    formats = tmp_path / "lightning_sdk" / "tracing" / "formats"
+    formats.mkdir(parents=True)
+    (formats / "bad.py").write_text("from lightning_sdk.tracing.capture.patch import ClientPatch\n")
+    chat = tmp_path / "lightning_sdk" / "serving" / "chat"
+    chat.mkdir(parents=True)
+    (chat / "bad.py").write_text("def f():\n    from lightning_sdk.serving.messages import api\n")
+    (tmp_path / "integrations").mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    problems = _off_side()
+    assert len(problems) == 2
+    assert any("lightning_sdk.tracing.formats must not" in problem for problem in problems)
+    assert any("lightning_sdk.serving.chat must not" in problem for problem in problems)
 
 
 def test_the_check_sees_an_import_that_points_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from lightning_sdk.engine.text import complete_text
-from lightning_sdk.serving.messages_schemas import MessagesInputError, MessagesRequest, parse_body
-from lightning_sdk.serving.messages_translate import (
+from lightning_sdk.serving.messages.schemas import MessagesInputError, MessagesRequest, parse_body
+from lightning_sdk.serving.messages.translate import (
     chat_request,
     matched_stop_sequence,
     stop_reason,

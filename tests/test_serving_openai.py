@@ -212,7 +212,7 @@ def test_models_list_and_default_alias(served_endpoint) -> None:
 
 
 def test_forced_tool_call_is_parsed_from_the_sampled_text(served_endpoint) -> None:
-    from lightning_sdk.serving.tool_calls import parse_tool_calls
+    from lightning_sdk.serving.tools.calls import parse_tool_calls
 
     endpoint = served_endpoint.endpoint
     tool = {

@@ -16,7 +16,7 @@ import pytest
 
 import lightning_sdk as ls
 from lightning_sdk.serving import Upstream, start_server
-from lightning_sdk.serving.upstream import OPENAI_API_BASE
+from lightning_sdk.serving.passthrough.upstream import OPENAI_API_BASE
 from lightning_sdk.training.records.metrics import read_metrics
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Strict tool calls: the grammars of `lightning_sdk.serving.tool_grammar`, run by llguidance (vLLM's grammar
+"""Strict tool calls: the grammars of `lightning_sdk.serving.tools.grammar`, run by llguidance (vLLM's grammar
 backend) on the bundled model's tokenizer, and the served behaviour on the real vLLM engine: every sampled
 answer keeps the format and the schema, whatever was sampled."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.serving.tool_grammar import tool_grammar
+from lightning_sdk.serving.tools.grammar import tool_grammar
 from lightning_sdk.training.algorithm.samples import build_samples
 from tests.fixtures.tools import ADD_SCHEMA
 
@@ -81,7 +81,7 @@ def test_a_forced_call_of_a_tool_without_strict_is_a_call_with_any_object(matche
 
 
 def test_a_strict_schema_must_close_every_object() -> None:
-    from lightning_sdk.serving.strict_schema import open_objects
+    from lightning_sdk.serving.tools.strict import open_objects
 
     closed = ADD["function"]["parameters"]
     assert list(open_objects(closed)) == []

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from lightning_sdk.serving.chat.schemas import ChatRequest
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.serving.schemas import ChatRequest
-from lightning_sdk.serving.tool_calls import ToolTextFilter
-from lightning_sdk.serving.tool_parsers import make_tool_parser
+from lightning_sdk.serving.tools.calls import ToolTextFilter
+from lightning_sdk.serving.tools.parsers import make_tool_parser
 
 ADD = {
     "type": "function",

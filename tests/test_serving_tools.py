@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from lightning_sdk.serving.chat_template import render_chat, tool_choice_prefix
+from lightning_sdk.serving.chat.template import render_chat, tool_choice_prefix
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.serving.tool_calls import ToolTextFilter, parse_tool_calls, validate_tools
+from lightning_sdk.serving.tools.calls import ToolTextFilter, parse_tool_calls, validate_tools
 
 ADD_TOOL = {
     "type": "function",

@@ -15,7 +15,7 @@ import anthropic
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.tracing.anthropic_capture import messages_path, recorded_base_url
+from lightning_sdk.tracing.capture.anthropic_client import messages_path, recorded_base_url
 from lightning_sdk.tracing.routing import Router, routing
 from lightning_sdk.tracing.urls import same_endpoint
 from tests.fixtures.tools import CHAT_ADD_STRICT

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.tracing.otlp_import import (
+from lightning_sdk.tracing.formats.otlp_import import (
     TraceImportError,
     import_traces,
     read_jsonl_episodes,

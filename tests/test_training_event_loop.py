@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from lightning_sdk.training.event_loop import RunLoop
+from lightning_sdk.training.run.event_loop import RunLoop
 
 
 async def current_loop() -> asyncio.AbstractEventLoop:

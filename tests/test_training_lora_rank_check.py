@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.training.startup import check_lora_rank_fits_vllm
+from lightning_sdk.training.run.startup import check_lora_rank_fits_vllm
 
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm/config/lora.py MaxLoRARanks (0.32)
 

@@ -117,7 +117,7 @@ def test_a_folder_without_a_role_s_adapter_is_refused_by_name(tmp_path: Path) ->
 
 
 def test_a_role_no_call_was_answered_by_is_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
-    from lightning_sdk.training.run_warnings import RunWarnings
+    from lightning_sdk.training.run.run_warnings import RunWarnings
 
     warnings = RunWarnings()
     metrics = {"calls/writer": 6, "calls/checker": 0}

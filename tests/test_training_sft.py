@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import lightning_sdk as ls
-from lightning_sdk.serving.chat_template import render_chat
+from lightning_sdk.serving.chat.template import render_chat
 from lightning_sdk.training.algorithm.retokenize import call_token_ids
 from lightning_sdk.training.algorithm.sft_samples import sft_samples
 from lightning_sdk.training.records.metrics import read_metrics

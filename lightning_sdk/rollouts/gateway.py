@@ -23,11 +23,11 @@ from typing import Any
 from lightning_sdk.rollouts.queue import RolloutQueue
 from lightning_sdk.rollouts.schemas import Lease, RewardReport
 from lightning_sdk.serving.served import ApiKind, ServedCall, ServedChoice, ServedObserver
-from lightning_sdk.tracing.anthropic_calls import messages_request_record
+from lightning_sdk.tracing.capture.anthropic_calls import messages_request_record
+from lightning_sdk.tracing.capture.openai_calls import request_record
+from lightning_sdk.tracing.capture.openai_responses import responses_request_record
 from lightning_sdk.tracing.episode import Episode, LLMCall, new_id
 from lightning_sdk.tracing.errors import never_break_the_agent
-from lightning_sdk.tracing.openai_calls import request_record
-from lightning_sdk.tracing.openai_responses import responses_request_record
 
 __all__ = ["REQUEST_RECORDS", "GatewayRecorder", "RequestRecord", "RewardReport", "calls_from_served"]
 

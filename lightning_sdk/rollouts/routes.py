@@ -59,7 +59,7 @@ from lightning_sdk.rollouts.schemas import (
 )
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.openai_api import API_PATHS, COUNT_TOKENS_PATH, OpenAIAPI, openai_api
-from lightning_sdk.serving.passthrough import PASSTHROUGH_METHODS
+from lightning_sdk.serving.passthrough.forward import PASSTHROUGH_METHODS
 from lightning_sdk.serving.served import ApiKind
 from lightning_sdk.tracing.routing import ROLE_HEADER, Roles
 

@@ -19,20 +19,20 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lightning_sdk.engine.types import Engine
-from lightning_sdk.serving.chat_template import template_supports_tools
+from lightning_sdk.serving.chat.template import template_supports_tools
 from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.serving.messages_errors import is_messages_path, messages_error
+from lightning_sdk.serving.messages.errors import is_messages_path, messages_error
 from lightning_sdk.serving.openai_api import OpenAIAPI, install_openai_routes
 from lightning_sdk.serving.openapi import openapi_document
-from lightning_sdk.serving.passthrough import (
+from lightning_sdk.serving.passthrough.forward import (
     SERVE_UPSTREAM_SETTING,
     install_passthrough_route,
     passthrough_handler,
 )
+from lightning_sdk.serving.passthrough.upstream import Upstream
 from lightning_sdk.serving.policy import SamplingPolicy
-from lightning_sdk.serving.tool_parsers import HERMES, ToolCallParser, make_tool_parser
-from lightning_sdk.serving.upstream import Upstream
+from lightning_sdk.serving.tools.parsers import HERMES, ToolCallParser, make_tool_parser
 
 __all__ = ["MODEL_ALIASES", "RouteInstaller", "create_app"]
 
@@ -60,9 +60,9 @@ def create_app(
     `sampling_policy` lets the owner (the trainer) override every request's sampling between phases;
     `routes` add more routes behind the same key (the trainer's runner protocol); they find the app's
     OpenAI API with `openai_api(app)` (`lightning_sdk.serving.openai_api`). Other `/v1/...`
-    requests go to `upstream` (`lightning_sdk.serving.passthrough`), or get a 404 that ends with
+    requests go to `upstream` (`lightning_sdk.serving.passthrough.forward`), or get a 404 that ends with
     `upstream_setting`: how the owner names an upstream. `tool_parser` names the tool-call format the
-    model writes (`lightning_sdk.serving.tool_parsers`). `roles`: the roles whose adapters the engine
+    model writes (`lightning_sdk.serving.tools.parsers`). `roles`: the roles whose adapters the engine
     serves (`Engine.load_adapter(..., role=...)`); a request picks one with `model="<role>"` or the
     `x-lightning-role` header.
     """

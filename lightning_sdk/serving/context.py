@@ -19,19 +19,19 @@ from lightning_sdk.engine.types import (
     SamplingParams,
     check_prompt_fits,
 )
-from lightning_sdk.serving.chat_template import render_chat, tool_choice_prefix
-from lightning_sdk.serving.errors import APIError
-from lightning_sdk.serving.policy import SamplingPolicy
-from lightning_sdk.serving.schemas import (
+from lightning_sdk.serving.chat.schemas import (
     ChatRequest,
     CompletionRequest,
     parse_request,
     requested_top_logprobs,
     sampling_params,
 )
-from lightning_sdk.serving.tool_calls import ParsedOutput, ToolTextFilter, validate_tools
-from lightning_sdk.serving.tool_grammar import tool_grammar
-from lightning_sdk.serving.tool_parsers import HERMES, HermesParser, ToolCallParser
+from lightning_sdk.serving.chat.template import render_chat, tool_choice_prefix
+from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.tools.calls import ParsedOutput, ToolTextFilter, validate_tools
+from lightning_sdk.serving.tools.grammar import tool_grammar
+from lightning_sdk.serving.tools.parsers import HERMES, HermesParser, ToolCallParser
 from lightning_sdk.tracing.routing import ROLE_HEADER
 
 __all__ = ["MODEL_ALIASES", "PreparedChat", "ServingContext", "run_engine"]
@@ -191,7 +191,8 @@ class ServingContext:
     def _constrain_tool_calls(
         self, params: SamplingParams, tools: list[dict[str, Any]], req: ChatRequest
     ) -> SamplingParams:
-        """`params` with the grammar of strict tool calls (`tool_grammar`), which also lets a call through
+        """`params` with the grammar of strict tool calls (`lightning_sdk.serving.tools.grammar`), which also
+        lets a call through
         next to a JSON `response_format`. An engine that cannot constrain decoding serves the calls as the
         model writes them: `strict` is a promise it cannot keep, but refusing would break every Agents
         SDK tool (strict by default)."""

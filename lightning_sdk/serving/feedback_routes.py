@@ -1,6 +1,7 @@
 """`POST /v1/episodes/<id>/feedback`: a reward that arrives after its episode, over HTTP.
 
-The route is the HTTP form of `ls.feedback` (`lightning_sdk.tracing.feedback`): it sets the reward of a
+The route is the HTTP form of `ls.feedback` (`lightning_sdk.tracing.rewards.feedback`): it sets the reward of
+a
 stored episode and records when and how it came. It sits behind the server's key like every `/v1` route,
 and is installed on a server that has the episode store the agent records into
 (`ls.serve(store=...)`, `lightning-sdk serve --store PATH`):
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lightning_sdk.serving.app import RouteInstaller
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.tracing.feedback import Feedback, feedback_problem
+from lightning_sdk.tracing.rewards.feedback import Feedback, feedback_problem
 from lightning_sdk.tracing.store import EpisodeStore, UnknownEpisode
 
 __all__ = ["FEEDBACK_PATH", "FeedbackReply", "FeedbackRequest", "feedback_routes"]

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from lightning_sdk.serving.messages_schemas import CountTokensRequest, ErrorResponse, MessagesRequest
-from lightning_sdk.serving.responses_api import ResponsesRequest
-from lightning_sdk.serving.schemas import ChatRequest, CompletionRequest
+from lightning_sdk.serving.chat.schemas import ChatRequest, CompletionRequest
+from lightning_sdk.serving.messages.schemas import CountTokensRequest, ErrorResponse, MessagesRequest
+from lightning_sdk.serving.responses.api import ResponsesRequest
 
 __all__ = ["openapi_document"]
 

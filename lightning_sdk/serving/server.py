@@ -21,7 +21,7 @@ from lightning_sdk.tracing.store import EpisodeStore
 
 if TYPE_CHECKING:
     from lightning_sdk.serving.app import RouteInstaller
-    from lightning_sdk.serving.upstream import Upstream
+    from lightning_sdk.serving.passthrough.upstream import Upstream
 
 __all__ = ["ServerHandle", "serve", "start_server"]
 
@@ -107,14 +107,14 @@ def start_server(
             `upstream_setting`.
         upstream_setting: How the caller names an upstream (default: `serve(upstream=...)` and `--upstream`).
         tool_parser: The tool-call format the model writes: `"hermes"` (default) or a vLLM parser name
-            (`lightning_sdk.serving.tool_parsers`).
+            (`lightning_sdk.serving.tools.parsers`).
         roles: Roles whose adapters the engine serves (`Engine.load_adapter(..., role=...)`): a request
             picks one with `model="<role>"` (or the `x-lightning-role` header our recording side sends).
     """
     import uvicorn
 
     from lightning_sdk.serving.app import create_app
-    from lightning_sdk.serving.passthrough import SERVE_UPSTREAM_SETTING
+    from lightning_sdk.serving.passthrough.forward import SERVE_UPSTREAM_SETTING
 
     key = api_key or f"sk-local-{secrets.token_urlsafe(24)}"
     app = create_app(
@@ -208,7 +208,7 @@ def serve(
         A `ServerHandle`; `stop()` shuts down the server and its engine.
     """
     from lightning_sdk.engine.factory import create_engine
-    from lightning_sdk.serving.upstream import Upstream
+    from lightning_sdk.serving.passthrough.upstream import Upstream
 
     if isinstance(upstream, str):
         upstream = Upstream(upstream.rstrip("/"), os.environ.get("OPENAI_API_KEY"))

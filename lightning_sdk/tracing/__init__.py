@@ -4,7 +4,8 @@ Pure Python plus the `openai` client (and `anthropic`'s when installed); nothing
 transformers or vLLM.
 """
 
-from lightning_sdk.tracing.anthropic_capture import instrument_anthropic, uninstrument_anthropic
+from lightning_sdk.tracing.capture.anthropic_client import instrument_anthropic, uninstrument_anthropic
+from lightning_sdk.tracing.capture.openai_client import instrument_openai, uninstrument_openai
 from lightning_sdk.tracing.config import configure
 from lightning_sdk.tracing.context import (
     ContextThreadPoolExecutor,
@@ -17,10 +18,9 @@ from lightning_sdk.tracing.context import (
 )
 from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.tracing.feedback import Feedback, feedback
-from lightning_sdk.tracing.judge import Judge
-from lightning_sdk.tracing.openai_capture import instrument_openai, uninstrument_openai
-from lightning_sdk.tracing.otlp_import import TraceImportError, import_traces
+from lightning_sdk.tracing.formats.otlp_import import TraceImportError, import_traces
+from lightning_sdk.tracing.rewards.feedback import Feedback, feedback
+from lightning_sdk.tracing.rewards.judge import Judge
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull, StoreVersionError, UnknownEpisode
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from lightning_sdk.tracing import anthropic_capture, openai_capture
+from lightning_sdk.tracing.capture import anthropic_client, openai_client
 from lightning_sdk.tracing.context import add_finish_hook, remove_finish_hook
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.errors import logger, report_internal_error
@@ -66,8 +66,8 @@ def configure(
     _settings = Settings(
         store=new_store, run_id=run_id, instrument_openai=instrument_openai, owns_store=opened
     )
-    openai_capture.set_auto_instrument(instrument_openai)
-    anthropic_capture.set_auto_instrument(instrument_openai)
+    openai_client.set_auto_instrument(instrument_openai)
+    anthropic_client.set_auto_instrument(instrument_openai)
     if new_store is not None:
         add_finish_hook(_persist)
     return _settings

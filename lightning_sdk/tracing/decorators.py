@@ -14,7 +14,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
-from lightning_sdk.tracing.anthropic_capture import ensure_anthropic_instrumented
+from lightning_sdk.tracing.capture.anthropic_client import ensure_anthropic_instrumented
+from lightning_sdk.tracing.capture.openai_client import ensure_openai_instrumented
 from lightning_sdk.tracing.config import current_settings
 from lightning_sdk.tracing.context import (
     current_episode,
@@ -25,8 +26,7 @@ from lightning_sdk.tracing.context import (
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.errors import never_break_the_agent
 from lightning_sdk.tracing.jsonable import jsonable
-from lightning_sdk.tracing.openai_capture import ensure_openai_instrumented
-from lightning_sdk.tracing.rewards import emit_reward, reward
+from lightning_sdk.tracing.rewards.agent_rewards import emit_reward, reward
 
 __all__ = ["emit_reward", "reward", "trace_agent"]
 

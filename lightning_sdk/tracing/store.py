@@ -8,8 +8,10 @@ A store can be given a size limit (`max_size_mb`): SQLite itself enforces it (`m
 append that would pass it raises `EpisodeStoreFull` and writes nothing, so a long-running agent fills a
 disk only as far as its owner allowed.
 
-Rewards that arrive later (`add_feedback`, `lightning_sdk.tracing.feedback`) update a stored episode in
-one write transaction, so feedback sent by several processes at once is never lost. The file records the
+Rewards that arrive later (`add_feedback`, `lightning_sdk.tracing.rewards.feedback`) update a stored
+episode in one write transaction, so feedback sent by several processes at once is never lost. The store
+knows a feedback only as something that updates an episode (`EpisodeUpdate`), so the feedback API can
+use the store without the store depending on it. The file records the
 version of its layout (`SCHEMA_VERSION`, SQLite's `user_version`): a store written by a newer release is
 refused with a message rather than misread.
 """
@@ -23,14 +25,27 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
 from lightning_sdk.tracing.episode import Episode
 
-if TYPE_CHECKING:
-    from lightning_sdk.tracing.feedback import Feedback
+__all__ = [
+    "SCHEMA_VERSION",
+    "EpisodeStore",
+    "EpisodeStoreFull",
+    "EpisodeUpdate",
+    "StoreVersionError",
+    "UnknownEpisode",
+]
 
-__all__ = ["SCHEMA_VERSION", "EpisodeStore", "EpisodeStoreFull", "StoreVersionError", "UnknownEpisode"]
+
+class EpisodeUpdate(Protocol):
+    """What `EpisodeStore.add_feedback` applies: a `lightning_sdk.tracing.rewards.feedback.Feedback`."""
+
+    def apply_to(self, episode: Episode) -> Episode:
+        """`episode` with the update applied (in place, and returned)."""
+        ...
+
 
 SCHEMA_VERSION = 1
 """The layout of the store's file (SQLite `user_version`); 0 is a file written before it was recorded."""
@@ -176,10 +191,10 @@ class EpisodeStore:
             )
         return cursor.rowcount
 
-    def add_feedback(self, episode_id: str, feedback: Feedback) -> Episode:
-        """Apply a reward that arrived later to the stored episode `episode_id` (see
-        `lightning_sdk.tracing.feedback`) and return the updated episode; `UnknownEpisode` when no stored
-        episode has that id. Read and write are one transaction that holds SQLite's write lock, so two
+    def add_feedback(self, episode_id: str, feedback: EpisodeUpdate) -> Episode:
+        """Apply a reward that arrived later to the stored episode `episode_id` (a `Feedback`, see
+        `lightning_sdk.tracing.rewards.feedback`) and return the updated episode; `UnknownEpisode` when no
+        stored episode has that id. Read and write are one transaction that holds SQLite's write lock, so two
         processes giving feedback at once both land."""
         with self._lock:
             self._connection.execute("BEGIN IMMEDIATE")

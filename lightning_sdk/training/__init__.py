@@ -1,6 +1,7 @@
 """The trainer, cut along its flow (docs/training.md describes each stage):
 
-- `trainer`, `session`, `config`: `Trainer.fit`, the live parts of a run, and its configuration;
+- `trainer`, `config`: `Trainer.fit` and its configuration;
+- `run/`: one run's machinery: starting its parts, the session that holds them, the rollouts' loop;
 - `algorithm/`: episodes -> samples, pure: error policy, credit, advantages, samples, diagnostics;
 - `update/`: torch: log-probabilities, micro-batches, loss, optimizer step, LoRA, checkpoints, export,
   torchrun's process group;

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_sdk.rollouts.in_process import Rollout
 
 if TYPE_CHECKING:
-    from lightning_sdk.training.session import TrainingSession
+    from lightning_sdk.training.run.session import TrainingSession
 
 __all__ = ["evaluate_agent", "summarize_rollouts"]
 

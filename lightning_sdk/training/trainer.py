@@ -35,8 +35,8 @@ from lightning_sdk.training.group_rewards import (
     one_at_a_time,
 )
 from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
-from lightning_sdk.training.session import TrainingSession
-from lightning_sdk.training.startup import seed_everything
+from lightning_sdk.training.run.session import TrainingSession
+from lightning_sdk.training.run.startup import seed_everything
 
 if TYPE_CHECKING:
     from lightning_sdk.engine.types import Engine

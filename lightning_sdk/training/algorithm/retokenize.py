@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_sdk.serving.chat_template import render_chat
+from lightning_sdk.serving.chat.template import render_chat
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.tracing.episode import LLMCall
 

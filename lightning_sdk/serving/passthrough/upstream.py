@@ -1,0 +1,54 @@
+"""`Upstream`: the OpenAI-compatible API that receives the requests the policy does not serve.
+
+Plain data with no heavy imports (the route that forwards to it is
+`lightning_sdk.serving.passthrough.forward`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["OPENAI_API_BASE", "Upstream"]
+
+OPENAI_API_BASE = "https://api.openai.com/v1"
+"""Where the openai client sends requests when `OPENAI_BASE_URL` is not set."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An OpenAI-compatible API that receives the requests the policy does not serve.
+
+    Args:
+        base_url: Its base URL with the `/v1` suffix, e.g. `https://api.openai.com/v1`.
+        api_key: Bearer key sent to it (in place of the key the agent sent to us); `None` sends none.
+    """
+
+    base_url: str
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"Upstream base_url must be an http(s) URL ending in /v1, got {self.base_url!r}."
+            )
+
+    def __repr__(self) -> str:  # never print the key
+        return f"Upstream(base_url={self.base_url!r}, api_key={'***' if self.api_key else None})"
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, key_variable: str = "OPENAI_API_KEY"
+    ) -> Upstream | None:
+        """The API an openai client built in this environment would call: `OPENAI_BASE_URL` (or
+        api.openai.com when only a key is set), with the key in `key_variable`; `None` when neither is set."""
+        environ = os.environ if environ is None else environ
+        base_url, api_key = environ.get("OPENAI_BASE_URL"), environ.get(key_variable)
+        if base_url:
+            return cls(base_url.rstrip("/"), api_key or None)
+        return cls(OPENAI_API_BASE, api_key) if api_key else None
+
+    def url_for(self, path: str) -> str:
+        """The upstream URL of one of our `/v1/...` paths."""
+        return f"{self.base_url.rstrip('/')}/{path.removeprefix('/v1/').lstrip('/')}"

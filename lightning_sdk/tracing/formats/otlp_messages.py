@@ -1,0 +1,135 @@
+"""The messages of a GenAI model call span, in OpenAI's chat format (for `otlp_import`, beside it).
+
+Two ways of recording content on spans are read: the current semantic conventions
+(`gen_ai.system_instructions`, `gen_ai.input.messages`, `gen_ai.output.messages`: messages of typed parts,
+as JSON strings or structured values) and OpenLLMetry's indexed attributes (`gen_ai.prompt.<i>.role`,
+`.content`, `.tool_calls.<j>.*`; `gen_ai.completion.<i>.*`). Text parts become the message content, tool
+calls its `tool_calls`, a tool call response a `tool` message; reasoning parts are dropped, and any other
+part (an image, a file) is refused by name: the policy is trained on text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["TraceImportError", "span_messages"]
+
+
+class TraceImportError(ValueError):
+    """A trace file, or a span in it, could not be read as episodes; the message says where and why."""
+
+
+def span_messages(
+    attributes: Mapping[str, Any], where: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A model call span's chat messages and its output messages, in OpenAI's chat format; `where` names
+    the span in errors."""
+    if "gen_ai.input.messages" in attributes or "gen_ai.output.messages" in attributes:
+        instructions = _parsed(attributes, where, "gen_ai.system_instructions", [])
+        system = [{"role": "system", "content": _text(instructions, where)}] if instructions else []
+        inputs = [_message(item, where) for item in _parsed(attributes, where, "gen_ai.input.messages", [])]
+        outputs = [_message(item, where) for item in _parsed(attributes, where, "gen_ai.output.messages", [])]
+        return system + inputs, outputs
+    return _indexed_messages(attributes, "gen_ai.prompt"), _indexed_messages(attributes, "gen_ai.completion")
+
+
+def _parsed(attributes: Mapping[str, Any], where: str, name: str, default: Any) -> Any:
+    value = attributes.get(name, default)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise TraceImportError(f"{where}: {name} is not JSON ({error.msg}).") from None
+    if not isinstance(value, list):
+        raise TraceImportError(f"{where}: {name} must be a list of messages or parts.")
+    return value
+
+
+def _message(item: Any, where: str) -> dict[str, Any]:
+    """One message of the current conventions (`{"role", "parts": [...]}`, outputs with `finish_reason`)."""
+    if not isinstance(item, Mapping) or not isinstance(item.get("parts"), list):
+        raise TraceImportError(f"{where}: a message must be an object with a parts list: {item!r:.200}")
+    role = str(item.get("role", "user"))
+    parts = item["parts"]
+    calls = [
+        _tool_call(part) for part in parts if isinstance(part, Mapping) and part.get("type") == "tool_call"
+    ]
+    responses = [
+        part for part in parts if isinstance(part, Mapping) and part.get("type") == "tool_call_response"
+    ]
+    message: dict[str, Any] = {"role": "tool" if responses else role, "content": _text(parts, where)}
+    if responses:
+        response = responses[0].get("response")
+        message["content"] = response if isinstance(response, str) else json.dumps(response)
+        message["tool_call_id"] = str(responses[0].get("id", ""))
+    if calls:
+        message["tool_calls"] = calls
+    if item.get("finish_reason") is not None:
+        message["finish_reason"] = str(item["finish_reason"])
+    return message
+
+
+_SKIPPED_PARTS = frozenset({"tool_call", "tool_call_response", "reasoning"})
+"""Parts that are not message text: calls and responses become their own fields; reasoning is dropped
+(the model's own chain of thought is not part of the chat it saw)."""
+
+
+def _text(parts: list[Any], where: str) -> str | None:
+    texts = []
+    for part in parts:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text":
+            texts.append(str(part.get("content", "")))
+        elif kind not in _SKIPPED_PARTS:
+            raise TraceImportError(
+                f"{where}: a {kind!r} part cannot be imported (text, tool calls and tool responses "
+                "can); leave such spans out with skip_invalid=True."
+            )
+    return "".join(texts) if texts else None
+
+
+def _tool_call(part: Mapping[str, Any]) -> dict[str, Any]:
+    arguments = part.get("arguments")
+    return {
+        "id": str(part.get("id", "")),
+        "type": "function",
+        "function": {
+            "name": str(part.get("name", "")),
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+        },
+    }
+
+
+def _indexed_messages(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """OpenLLMetry's `gen_ai.prompt.<i>.role` / `.content` (and `.tool_calls.<j>.*`) as messages."""
+    messages = []
+    index = 0
+    while f"{prefix}.{index}.role" in attributes or f"{prefix}.{index}.content" in attributes:
+        key = f"{prefix}.{index}"
+        message: dict[str, Any] = {
+            "role": str(attributes.get(f"{key}.role", "user")),
+            "content": attributes.get(f"{key}.content"),
+        }
+        calls: list[dict[str, Any]] = []
+        while f"{key}.tool_calls.{len(calls)}.name" in attributes:
+            call_key = f"{key}.tool_calls.{len(calls)}"
+            calls.append(
+                {
+                    "id": str(attributes.get(f"{call_key}.id", "")),
+                    "type": "function",
+                    "function": {
+                        "name": str(attributes[f"{call_key}.name"]),
+                        "arguments": str(attributes.get(f"{call_key}.arguments", "{}")),
+                    },
+                }
+            )
+        if calls:
+            message["tool_calls"] = calls
+        for extra in ("tool_call_id", "finish_reason"):
+            if attributes.get(f"{key}.{extra}") is not None:
+                message[extra] = str(attributes[f"{key}.{extra}"])
+        messages.append(message)
+        index += 1
+    return messages

