@@ -10,6 +10,8 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from lightning_sdk.rollouts.routes import install_rollout_routes
 from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
 from lightning_sdk.tracing.store import EpisodeStore
 from tests.fixtures.runs import REPOSITORY, interruptible
+from tests.fixtures.tools import CHAT_ADD_STRICT
 
 pytestmark = pytest.mark.slow
 
@@ -37,21 +40,31 @@ def repository_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPOSITORY)
 
 
-@pytest.fixture
-def protocol_server(vllm_engine: Any, openai_server: Any) -> Any:
-    """The runner protocol on a server over the shared engine, with a short lease for quick re-issues; the
-    test server is its upstream for routes it does not serve."""
+@contextmanager
+def _protocol(vllm_engine: Any, openai_server: Any, lease_timeout_s: float) -> Iterator[Any]:
     from lightning_sdk.serving import Upstream, start_server
 
-    queue = RolloutQueue(lease_timeout_s=3.0, episode_timeout_s=120.0, max_attempts=3)
+    queue = RolloutQueue(lease_timeout_s=lease_timeout_s, episode_timeout_s=120.0, max_attempts=3)
     server = start_server(
         vllm_engine,
         routes=[lambda app, authorize: install_rollout_routes(app, authorize, queue)],
         upstream=Upstream(openai_server.base_url, openai_server.api_key),
     )
-    yield queue, server
-    queue.close("test over")
-    server.stop()
+    try:
+        yield queue, server
+    finally:
+        queue.close("test over")
+        server.stop()
+
+
+@pytest.fixture
+def protocol_server(vllm_engine: Any, openai_server: Any) -> Iterator[Any]:
+    """The runner protocol on a server over the shared engine; the test server is its upstream for routes
+    it does not serve. The lease is long: a test that drives the protocol by hand takes its time between
+    calls on a loaded machine, and only `test_a_killed_runner_loses_its_rollout_to_another` needs one to
+    lapse (it makes its own, short)."""
+    with _protocol(vllm_engine, openai_server, lease_timeout_s=30.0) as protocol:
+        yield protocol
 
 
 def _fit(vllm_engine: Any, run_dir: Path, runners: Any) -> Any:
@@ -110,9 +123,15 @@ def test_two_runner_processes_train_like_in_process_rollouts(
 
 
 def test_a_killed_runner_loses_its_rollout_to_another(
-    protocol_server, tmp_path, repository_importable
+    vllm_engine, openai_server, tmp_path, repository_importable
 ) -> None:
-    queue, server = protocol_server
+    # A short lease, so the killed runner's rollout is re-issued soon; the live runner renews it every
+    # 2 s (a third of it), so even a slow renewal keeps its own.
+    with _protocol(vllm_engine, openai_server, lease_timeout_s=6.0) as (queue, server):
+        _kill_a_runner_mid_episode(queue, server, tmp_path)
+
+
+def _kill_a_runner_mid_episode(queue: RolloutQueue, server: Any, tmp_path: Path) -> None:
     marker = tmp_path / "hanging-runner.pid"
     tasks = [{**TASKS[0], "hang_once": str(marker)}, *TASKS[1:]]
     ids = queue.submit(RolloutSpec(queue.new_id(), task, policy_version=None) for task in tasks)
@@ -440,18 +459,7 @@ def test_runner_actors_on_a_local_ray_cluster_train_and_a_killed_one_comes_back(
     assert record["samples"] > 0 and _adapter_moved(result) and _adapter_moved(in_process)
 
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two numbers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-            "required": ["a", "b"],
-        },
-    },
-}
+ADD = CHAT_ADD_STRICT  # strict and bounded: a forced call always closes within max_tokens
 
 
 def test_gateway_records_tool_calls_and_every_choice_as_served(protocol_server) -> None:

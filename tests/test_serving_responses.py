@@ -16,6 +16,7 @@ from lightning_sdk.training.records.metrics import read_metrics
 from tests.fixtures.greedy import assert_greedy_agrees, top_two_margins
 from tests.fixtures.tools import CHAT_ADD
 from tests.fixtures.tools import RESPONSES_ADD as ADD
+from tests.fixtures.tools import RESPONSES_ADD_STRICT as ADD_STRICT
 
 pytestmark = pytest.mark.slow
 
@@ -148,7 +149,11 @@ def test_the_stream_follows_the_standard_event_sequence(served_endpoint) -> None
     kinds = [
         e.type
         for e in client.responses.create(
-            model="default", input="Name a colour.", max_output_tokens=8, temperature=0, stream=True
+            model="default",
+            input="Name ten colours, one per line.",
+            max_output_tokens=8,
+            temperature=0,
+            stream=True,
         )
     ]
     assert kinds[:4] == [
@@ -163,19 +168,19 @@ def test_the_stream_follows_the_standard_event_sequence(served_endpoint) -> None
         "response.content_part.done",
         "response.output_item.done",
         "response.incomplete",
-    ]  # 8 tokens: cut by max_output_tokens
+    ]  # 8 tokens: cut by max_output_tokens (ten colours take more)
     tool_kinds = [
         e.type
         for e in client.responses.create(
             model="default",
             input=QUESTION,
-            tools=[ADD],
+            tools=[ADD_STRICT],
             tool_choice={"type": "function", "name": "add"},
             max_output_tokens=80,
             temperature=0,
             stream=True,
         )
-    ]  # 80 tokens: room to close the call
+    ]  # strict and bounded: the forced call closes within 80 tokens, whatever the model writes
     assert "response.function_call_arguments.delta" in tool_kinds
     assert "response.function_call_arguments.done" in tool_kinds
 
