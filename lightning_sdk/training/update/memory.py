@@ -17,6 +17,14 @@ every layer's activations are alive when the backward pass starts at the logits:
 With gradient checkpointing the pass keeps each layer's input (`b * h` per token and layer); the logits'
 peak comes first, and one layer's recomputed activations later, so the peak holds the larger of the two.
 
+On a GPU the backward pass of a layer holds more than that: measured on an H100 (bf16, SDPA, LoRA r16 on
+every projection, checkpointing; the Qwen2.5-1.5B, 3B and 7B shapes at 2k-32k tokens, 2026-11-27), the peak
+above the weights exceeded the count by `28 h + 6.4 i` bytes per token whatever the number of layers: the
+gradients of one layer's activations while its backward runs (SDPA's fused backward keeps its own
+buffers; the CPU pass frees them as it goes, and the CPU measurements below need no such term). The two
+constants are fitted to three of those measurements and hold all eight within 7%
+(`GPU_MEASUREMENTS`, checked by `tests/test_training_memory.py`).
+
 `benchmarks/train_memory.py` measures real model shapes on a CPU and prints this estimate beside each
 measurement.
 """
@@ -30,7 +38,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
 
-__all__ = ["ModelShape", "StepMemory", "advice", "estimate_run_memory", "estimate_step_memory", "run_tokens"]
+__all__ = [
+    "GPU_MEASUREMENTS",
+    "ModelShape",
+    "StepMemory",
+    "advice",
+    "estimate_run_memory",
+    "estimate_step_memory",
+    "run_tokens",
+]
 
 GIB = 1024**3
 _ADAPTER_BYTES_PER_PARAMETER = 16
@@ -40,6 +56,22 @@ _LOGIT_BYTES_PER_VOCABULARY_ENTRY = 16
 projected token (measured: `benchmarks/train_memory.py`, 2.33 GiB saved by chunking 2048 tokens of a
 152k vocabulary into 1024s, 16 bytes per entry)."""
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_GPU_BACKWARD_BYTES_PER_HIDDEN = 28.0
+_GPU_BACKWARD_BYTES_PER_MLP_WIDTH = 6.4
+"""Per token, in bf16: what a layer's backward holds on a GPU beyond the tensors counted (see above)."""
+
+GPU_MEASUREMENTS: tuple[tuple[str, int, int, float], ...] = (
+    ("qwen2.5-1.5b", 2048, 512, 1.41),
+    ("qwen2.5-1.5b", 32768, 8192, 8.76),
+    ("qwen2.5-3b", 8192, 2048, 3.07),
+    ("qwen2.5-3b", 32768, 8192, 12.26),
+    ("qwen2.5-7b", 2048, 512, 1.59),
+    ("qwen2.5-7b", 16384, 4096, 9.78),
+    ("qwen2.5-7b", 32768, 8192, 19.56),
+    ("qwen2.5-7b", 32768, 24576, 19.56),
+)
+"""One H100, 2026-11-27: (shape, tokens, completion tokens, peak GiB above the weights and the optimizer)
+of one sequence through `train_on_samples` (bf16, LoRA r16, checkpointing, 512-token logit chunks)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +147,13 @@ class ModelShape:
         h, i, kv = self.hidden_size, self.intermediate_size, self.kv_width
         return activation_bytes * (5 * h + 2 * kv + 4 * i + 7 * lora_rank) + 4 * 2 * h
 
+    def gpu_backward_bytes(self, activation_bytes: int) -> int:
+        """Bytes per token that one layer's backward holds on a GPU beyond `activation_bytes` (measured in
+        bf16, scaled to the activation width; see the module docstring)."""
+        h, i = self.hidden_size, self.intermediate_size
+        per_token = _GPU_BACKWARD_BYTES_PER_HIDDEN * h + _GPU_BACKWARD_BYTES_PER_MLP_WIDTH * i
+        return round(per_token * activation_bytes / 2)
+
 
 @dataclass(frozen=True)
 class StepMemory:
@@ -127,8 +166,9 @@ class StepMemory:
     logits: int
     """The vocabulary projection at its peak (the start of the backward pass)."""
     recompute: int
-    """One layer's activations, recomputed in the backward pass under checkpointing (after the logits'
-    peak, so the step's peak holds the larger of the two); 0 without checkpointing."""
+    """What the backward pass holds for the layer it is in, after the logits' peak (so the step's peak
+    holds the larger of the two): that layer's activations recomputed under checkpointing (0 without),
+    plus, on a GPU, the buffers of its backward (`ModelShape.gpu_backward_bytes`)."""
     tokens: int
     """The padded tokens of the largest micro-batch the estimate is for."""
 
@@ -145,7 +185,7 @@ class StepMemory:
                 ("adapter + optimizer", self.adapter),
                 ("activations", self.activations),
                 ("logits", self.logits),
-                ("recomputed layer", self.recompute),
+                ("layer backward", self.recompute),
             )
         )
         return f"{self.total / GIB:.1f} GiB for {self.tokens} tokens per micro-batch ({parts} GiB)"
@@ -162,6 +202,7 @@ def estimate_step_memory(
     lora_targets: Sequence[str] | str = _PROJECTIONS,
     gradient_checkpointing: bool = True,
     chunk_tokens: int | None = 512,
+    on_gpu: bool = False,
 ) -> StepMemory:
     """The memory of a training step whose largest micro-batch has `tokens` padded tokens.
 
@@ -175,6 +216,7 @@ def estimate_step_memory(
         lora_rank, lora_targets: the adapter (`TrainerConfig.lora_rank`, `lora_target_modules`).
         gradient_checkpointing: whether layers are recomputed in the backward pass.
         chunk_tokens: tokens projected to the vocabulary at once (`None`: all of them).
+        on_gpu: count what a layer's backward holds on a GPU beyond the activations (module docstring).
     """
     if tokens < 1:
         raise ValueError(f"tokens={tokens!r} must be at least 1.")
@@ -184,6 +226,8 @@ def estimate_step_memory(
         activations, recompute = tokens * shape.num_layers * shape.hidden_size * act, tokens * per_layer
     else:
         activations, recompute = tokens * shape.num_layers * per_layer, 0
+    if on_gpu:
+        recompute += tokens * shape.gpu_backward_bytes(act)
     completion = tokens if completion_tokens is None else min(completion_tokens, tokens)
     projected = completion if chunk_tokens is None else min(completion, chunk_tokens)
     return StepMemory(
@@ -218,6 +262,7 @@ def estimate_run_memory(config: TrainerConfig, model_config: Any, on_gpu: bool) 
         lora_targets=config.lora_target_modules,
         gradient_checkpointing=on_gpu if checkpointing == "auto" else bool(checkpointing),
         chunk_tokens=config.logit_chunk_tokens,
+        on_gpu=on_gpu,
     )
 
 
