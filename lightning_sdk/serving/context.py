@@ -191,11 +191,10 @@ class ServingContext:
     def _constrain_tool_calls(
         self, params: SamplingParams, tools: list[dict[str, Any]], req: ChatRequest
     ) -> SamplingParams:
-        """`params` with the grammar of strict tool calls (`lightning_sdk.serving.tools.grammar`), which also
-        lets a call through
-        next to a JSON `response_format`. An engine that cannot constrain decoding serves the calls as the
-        model writes them: `strict` is a promise it cannot keep, but refusing would break every Agents
-        SDK tool (strict by default)."""
+        """`params` with the grammar of strict and forced tool calls (`lightning_sdk.serving.tools.grammar`),
+        which also lets a call through next to a JSON `response_format`. An engine that cannot constrain
+        decoding serves the calls as the model writes them: `strict` is a promise it cannot keep, but refusing
+        would break every Agents SDK tool (strict by default)."""
         if not getattr(self.engine, "structured_outputs", False):
             return params
         content = dict(params.json_schema) if params.json_schema is not None else None

@@ -1,9 +1,8 @@
 """`POST /v1/episodes/<id>/feedback`: a reward that arrives after its episode, over HTTP.
 
-The route is the HTTP form of `ls.feedback` (`lightning_sdk.tracing.rewards.feedback`): it sets the reward of
-a
-stored episode and records when and how it came. It sits behind the server's key like every `/v1` route,
-and is installed on a server that has the episode store the agent records into
+The route is the HTTP form of `ls.feedback` (`lightning_sdk.tracing.rewards.feedback`): it sets the reward
+of a stored episode and records when and how it came. It sits behind the server's key like every `/v1`
+route, and is installed on a server that has the episode store the agent records into
 (`ls.serve(store=...)`, `lightning-sdk serve --store PATH`):
 
     curl -X POST $BASE/episodes/$EPISODE_ID/feedback -H "Authorization: Bearer $KEY" \\

@@ -15,8 +15,8 @@ for the whole message.
 
 Of the package it imports only the error type of the conversation's conversion
 (`lightning_sdk.tracing.formats.messages_items`), which the recording side shares: the body is validated
-here, and
-converted to chat terms there, once for the server, the gateway's records and the anthropic capture.
+here, and converted to chat terms there, once for the server, the gateway's records and the anthropic
+capture.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ same prompt token ids through either API. The answer, read in chat terms (text a
 back into Anthropic's content blocks.
 
 The conversation and the tools are converted by `lightning_sdk.tracing.formats.messages_items` (the recording
-side
-needs the same conversion). Here: `tool_choice` `auto`, `any`, `tool` and `none` are chat's `auto`,
+side needs the same conversion). Here: `tool_choice` `auto`, `any`, `tool` and `none` are chat's `auto`,
 `required`, the named function and `none`, and `disable_parallel_tool_use` is the opposite of
 `parallel_tool_calls`; the answer's text and tool calls become content blocks with Anthropic's stop reason.
 

@@ -1,11 +1,10 @@
 """`POST /v1/responses`: OpenAI's Responses API over the same engine and chat template as chat completions.
 
 A request is turned into the equivalent chat request (`lightning_sdk.tracing.formats.responses_items`) and
-goes
-through the chat route's steps, so the same conversation gives the same prompt token ids through either
-API. The answer is a Response object, or its standard event stream, with the token-level extras of our
-chat responses: `prompt_token_ids` on the response and `token_ids` / `token_logprobs` on each output
-item the model produced (a message, or function calls).
+goes through the chat route's steps, so the same conversation gives the same prompt token ids through either
+API. The answer is a Response object, or its standard event stream, with the token-level extras of our chat
+responses: `prompt_token_ids` on the response and `token_ids` / `token_logprobs` on each output item the model
+produced (a message, or function calls).
 
 Supported: text or item-list `input` (messages, `function_call`, `function_call_output`),
 `instructions`, function tools and `tool_choice`, `max_output_tokens`, `temperature`, `top_p`,

@@ -2,8 +2,7 @@
 
 This is the format of most open chat templates with tool support (Hermes, Qwen, SmolLM3). For models
 whose template has no tool support (like the bundled SmolLM2), `lightning_sdk.serving.chat.template`
-describes the tools and
-this format in the system prompt, and renders earlier calls and results the same way.
+describes the tools and this format in the system prompt, and renders earlier calls and results the same way.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Which tool-call format the served model writes, and how its calls are read back (`tool_parser`).
 
 The default, `"hermes"`, is ours (`calls.py`, beside this file): `<tool_call>{"name": ..., "arguments":
-...}</tool_call>`,
-the format of the bundled model's system prompt and of most open templates (Hermes, Qwen2.5, SmolLM3). It is
-the one format the server also writes itself: the system prompt for templates without tool support, the
-forced opening of `tool_choice="required"` or a named function, and the grammar of strict tools.
+...}</tool_call>`, the format of the bundled model's system prompt and of most open templates (Hermes,
+Qwen2.5, SmolLM3). It is the one format the server also writes itself: the system prompt for templates without
+tool support, the forced opening of `tool_choice="required"` or a named function, and the grammar of strict
+tools.
 
 Models trained on another format (Llama 3.x JSON, Mistral's `[TOOL_CALLS]`, Qwen3's XML) render tools with
 their own chat template and write calls their way. For those, name one of vLLM's maintained parsers (the
