@@ -241,7 +241,7 @@ def _run_sft(args: argparse.Namespace) -> int:
     fields = json.loads(Path(args.config).read_text()) if args.config else {}
     if args.run_dir is not None:
         fields["run_dir"] = args.run_dir
-    with EpisodeStore(args.store) as store:
+    with EpisodeStore.open_existing(args.store) as store:
         result = fit_sft(
             args.model, TrainerConfig(**fields), store, min_reward=args.min_reward, epochs=args.epochs
         )

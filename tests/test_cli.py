@@ -187,3 +187,13 @@ def test_task_files_keep_tasks_whose_text_holds_unicode_line_separators(tmp_path
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(task, ensure_ascii=False) + "\n" for task in tasks), encoding="utf-8")
     assert _read_jsonl(str(path)) == tasks
+
+
+def test_sft_from_a_store_that_does_not_exist_is_an_error_that_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = tmp_path / "epsiodes.db"
+    assert main(["sft", "--store", str(typo), "--run-dir", str(tmp_path / "run")]) == 2
+    said = capsys.readouterr().err
+    assert f"No episode store at {typo}: check the path" in said
+    assert not typo.exists() and not (tmp_path / "run").exists()  # nothing made, nothing trained

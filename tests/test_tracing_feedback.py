@@ -182,5 +182,20 @@ def test_the_feedback_route_over_http(store: ls.EpisodeStore, vllm_engine: Any) 
         for response, status, code in refusals:
             assert (response.status_code, response.json()["error"]["code"]) == (status, code), response.text
         assert "stars" in refusals[2][0].json()["error"]["message"]
+        # The rule of ls.feedback, by field: no boolean or numeric string is stored as 1.0.
+        for body, field in (
+            ({"reward": True}, "reward"),
+            ({"reward": "1"}, "reward"),
+            ({"reward": None}, "reward"),
+            ({"reward": 1, "name": ""}, "name"),
+            ({"reward": 1, "name": 7}, "name"),
+        ):
+            refused = httpx.post(url, headers=key, json=body)
+            assert refused.status_code == 400 and refused.json()["error"]["param"] == field, (
+                body,
+                refused.text,
+            )
+        missing = httpx.post(url, headers=key, json={"name": "x"})
+        assert missing.status_code == 400 and missing.json()["error"]["param"] == "reward"
     stored = store.get(episode_id)
     assert stored is not None and [r["source"] for r in stored.metadata["feedback"]] == ["http"]

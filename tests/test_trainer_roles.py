@@ -43,6 +43,9 @@ def test_serve_routes_each_request_to_the_adapter_its_model_names(report: dict[s
     assert report["served_models"] == sorted([base, "checker", "writer"])
     assert answers["writer"] != answers[base]  # the writer's folder holds an adapter that changes answers
     assert report["unknown_role"]["code"] == "role_not_found"
+    unknown = report["unknown_model"]  # a model name that is no role: a 404 that lists what is served
+    assert unknown["code"] == "model_not_found"
+    assert "'checker', 'writer' (model='<role>')" in unknown["message"] and repr(base) in unknown["message"]
     assert "its roles are: checker, writer" in report["unknown_role"]["message"]
 
 
@@ -53,3 +56,17 @@ def test_an_engine_that_cannot_serve_the_roles_is_refused_before_the_policy_load
     with pytest.raises(ValueError, match=r"needs an engine that serves 2 LoRA adapters at once .*merge"):
         ls.Trainer(config=config, engine=vllm_engine).fit(lambda task: task, [{"id": 0}])
     assert vllm_engine.weight_version is None  # the session's engine, untouched and still serving
+
+
+def test_roles_under_torchrun_are_refused_before_any_engine_starts(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lightning_sdk as ls
+
+    # Rank 0 of a 2-process job: refused before it joins the process group (which would wait for rank 1)
+    # or starts an engine (minutes on a GPU node).
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    config = ls.TrainerConfig(roles=["writer"], run_dir=str(tmp_path / "run"), progress_bar=False)
+    with pytest.raises(ValueError, match="not supported under torchrun yet"):
+        ls.Trainer(config=config).fit(lambda task: task, [{"id": 0}])

@@ -55,6 +55,7 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
         ({"epsilon_low": 1.0}, "epsilon_low=1.0 must be in [0, 1)"),
         ({"epsilon_high": -0.1}, "epsilon_high=-0.1 must be >= 0"),
         ({"importance_sampling_cap": 0.5}, "importance_sampling_cap=0.5 must be >= 1"),
+        ({"other_agents": "shared"}, "other_agents='shared' gives the agents without a role"),
         ({"kl_coef": -0.1}, "kl_coef=-0.1 is too small"),
         ({"max_grad_norm": 0.0}, "max_grad_norm=0.0 must be a positive number"),
         ({"lora_target_modules": []}, "lora_target_modules must be 'all-linear' or a non-empty list"),

@@ -143,7 +143,7 @@ class ServingContext:
             and model not in self.roles
             and not self.policy.accept_any_model
         ):
-            raise APIError.model_not_found(model, self.served)
+            raise APIError.model_not_found(model, self.served, self.roles)
 
     def params_for(
         self, request: ChatRequest | CompletionRequest, prompt_len: int, top: int, asked: int | None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +35,16 @@ class APIError(Exception):
         return cls(401, message, type="invalid_request_error", code="invalid_api_key")
 
     @classmethod
-    def model_not_found(cls, model: str, served: str) -> APIError:
-        """404: the request names a model this server does not serve."""
+    def model_not_found(cls, model: str, served: str, roles: Iterable[str] = ()) -> APIError:
+        """404: the request names a model this server does not serve; the message names what it serves:
+        the model, and each role's adapter (asked for with `model="<role>"`)."""
+        named = sorted(roles)
+        also = (
+            f", and the adapters of the roles {', '.join(map(repr, named))} (model='<role>')" if named else ""
+        )
         return cls(
             404,
-            f"The model {model!r} does not exist on this server; it serves {served!r}.",
+            f"The model {model!r} does not exist on this server; it serves {served!r}{also}.",
             param="model",
             code="model_not_found",
         )

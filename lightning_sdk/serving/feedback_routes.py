@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lightning_sdk.serving.app import RouteInstaller
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.tracing.rewards.feedback import Feedback, feedback_problem
+from lightning_sdk.tracing.rewards.feedback import Feedback, feedback_field_problem
 from lightning_sdk.tracing.store import EpisodeStore, UnknownEpisode
 
 __all__ = ["FEEDBACK_PATH", "FeedbackReply", "FeedbackRequest", "feedback_routes"]
@@ -36,10 +36,13 @@ class FeedbackRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reward: float
-    """A finite number (within the server's range, when it has one)."""
-    name: str = "feedback"
-    """The reward's name: the same name again replaces the reward, another adds a component."""
+    # Checked by `feedback_field_problem`, the rule `ls.feedback` follows, rather than coerced by pydantic
+    # (which would store `true` and `"1"` as 1.0).
+    reward: Any
+    """A finite number (within the server's range, when it has one): not a boolean, not a string."""
+    name: Any = "feedback"
+    """The reward's name, a non-empty string: the same name again replaces the reward, another adds a
+    component."""
     comment: str | None = None
     """Free text kept with the record."""
     source: str = "http"
@@ -67,9 +70,10 @@ def feedback_routes(store: EpisodeStore, reward_range: tuple[float, float] | Non
         async def give_feedback(episode_id: str, request: Request) -> dict[str, Any]:
             authorize(request)
             body = await _feedback_body(request)
-            problem = feedback_problem(body.reward, body.name, reward_range)
-            if problem:
-                raise APIError.bad_request(problem, param="reward" if "reward" in problem else "name")
+            problem = feedback_field_problem(body.reward, body.name, reward_range)
+            if problem is not None:
+                field, message = problem
+                raise APIError.bad_request(message, param=field)
             given = Feedback(body.reward, body.name, body.source, body.comment)
             try:
                 episode = await run_in_threadpool(store.add_feedback, episode_id, given)

@@ -134,6 +134,18 @@ class EpisodeStore:
         if max_size_mb is not None:
             self._limit_size(max_size_mb)
 
+    @classmethod
+    def open_existing(cls, path: str | os.PathLike[str], max_size_mb: float | None = None) -> EpisodeStore:
+        """The store at `path`, which must exist: for readers (`lightning-sdk sft`), where a mistyped path
+        would otherwise open a new, empty store and train on nothing. `FileNotFoundError` otherwise."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(
+                f"No episode store at {path}: check the path. A store is made by the agent that records into "
+                "it (ls.configure(store=...)), by `lightning-sdk import`, or by a training run "
+                "(run_dir/episodes.sqlite)."
+            )
+        return cls(path, max_size_mb)
+
     def _check_version(self) -> None:
         (version,) = self._connection.execute("PRAGMA user_version").fetchone()
         if version > SCHEMA_VERSION:

@@ -149,7 +149,8 @@ class TrainerConfig:
     call. See docs/multi-agent.md."""
     other_agents: Literal["base", "shared"] = "base"
     """With `roles`: the calls of agents without a role of their own are answered by the base model and
-    not trained (`"base"`), or share one more adapter, named `"shared"`, which they train (`"shared"`)."""
+    not trained (`"base"`), or share one more adapter, named `"shared"`, which they train (`"shared"`;
+    refused without `roles`, where one adapter already learns from every call)."""
     upstream_base_url: str | None = None
     """Where the agent's OpenAI requests that the policy does not serve (`/v1/embeddings`, moderations,
     files, ...) go during training, passed through unchanged with the key in `upstream_api_key_env`.

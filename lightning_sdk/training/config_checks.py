@@ -282,6 +282,12 @@ def _check_roles(config: Any) -> str | None:
     from lightning_sdk.tracing.routing import roles_problem
 
     if config.roles is None:
+        if config.other_agents == "shared":
+            return (
+                "other_agents='shared' gives the agents without a role of their own one shared adapter, "
+                "but roles is None: without roles one adapter already answers and learns from every call. "
+                "Name the roles (roles=['writer', 'checker']), or leave other_agents='base'."
+            )
         return None
     if isinstance(config.roles, str):
         return f"roles={config.roles!r} must be a list of role names, e.g. ['{config.roles}']."

@@ -121,8 +121,20 @@ def served(adapters: Path) -> dict[str, Any]:
             refusal = None
         except openai.BadRequestError as error:
             refusal = {"code": error.code, "message": str(error)}
+        try:
+            client.chat.completions.create(
+                model="rewriter", messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+            )
+            unknown_model = None
+        except openai.NotFoundError as error:
+            unknown_model = {"code": error.code, "message": str(error)}
         client.close()
-    return {"served_models": models, "served_answers": answers, "unknown_role": refusal}
+    return {
+        "served_models": models,
+        "served_answers": answers,
+        "unknown_role": refusal,
+        "unknown_model": unknown_model,
+    }
 
 
 if __name__ == "__main__":

@@ -28,7 +28,14 @@ from lightning_sdk.tracing.store import EpisodeStore, UnknownEpisode
 if TYPE_CHECKING:
     from lightning_sdk.tracing.episode import Episode
 
-__all__ = ["FEEDBACK_KEY", "Feedback", "UnknownEpisode", "feedback", "feedback_problem"]
+__all__ = [
+    "FEEDBACK_KEY",
+    "Feedback",
+    "UnknownEpisode",
+    "feedback",
+    "feedback_field_problem",
+    "feedback_problem",
+]
 
 FEEDBACK_KEY = "feedback"
 """The key of `Episode.metadata` that lists every feedback the episode received, oldest first."""
@@ -65,13 +72,23 @@ def feedback_problem(
     reward: Any, name: Any = "feedback", reward_range: tuple[float, float] | None = None
 ) -> str | None:
     """What is wrong with a feedback's reward or name (None: nothing)."""
+    found = feedback_field_problem(reward, name, reward_range)
+    return None if found is None else found[1]
+
+
+def feedback_field_problem(
+    reward: Any, name: Any = "feedback", reward_range: tuple[float, float] | None = None
+) -> tuple[str, str] | None:
+    """The field that is wrong (`"reward"` or `"name"`) and what is wrong with it, or None. The one rule
+    for `ls.feedback` and the HTTP route: a reward is a finite number, not a boolean or a string that
+    reads as one, so a client's `true` or `"1"` is refused on both paths rather than stored as 1.0."""
     if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-        return f"reward={reward!r} must be a finite number."
+        return "reward", f"reward={reward!r} must be a finite number."
     if reward_range is not None and not reward_range[0] <= reward <= reward_range[1]:
         low, high = reward_range
-        return f"reward={reward!r} is outside the allowed range [{low:g}, {high:g}]."
+        return "reward", f"reward={reward!r} is outside the allowed range [{low:g}, {high:g}]."
     if not isinstance(name, str) or not name.strip():
-        return f"name={name!r} must be a non-empty string (the reward's name)."
+        return "name", f"name={name!r} must be a non-empty string (the reward's name)."
     return None
 
 

@@ -27,6 +27,7 @@ from lightning_sdk.training.run.event_loop import RunLoop
 from lightning_sdk.training.run.run_warnings import RunWarnings
 from lightning_sdk.training.run.startup import (
     check_engine_serves_roles,
+    check_roles_fit_the_job,
     runner_protocol_for,
     say_step_memory,
     start_endpoint,
@@ -103,10 +104,11 @@ class TrainingSession:
         from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
+        check_roles_fit_the_job(config, placement.world_size)
         distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
         engine, owns_engine = start_engine(model, config, engine_kind, engine_options, distributed.rank)
         try:
-            check_engine_serves_roles(engine, config, distributed.world_size)
+            check_engine_serves_roles(engine, config)
         except ValueError:
             if owns_engine:
                 engine.shutdown()

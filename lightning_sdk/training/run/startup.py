@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_engine_serves_roles",
     "check_lora_rank_fits_vllm",
+    "check_roles_fit_the_job",
     "runner_protocol_for",
     "say_step_memory",
     "seed_everything",
@@ -96,16 +97,21 @@ def start_engine(
     return create_engine(resolved, engine=cast("EngineKind", engine_kind), **options), True
 
 
-def check_engine_serves_roles(engine: Engine, config: TrainerConfig, world_size: int) -> None:
-    """Refuse, before the policy loads, a run whose roles the engine cannot serve their own adapters."""
-    roles = config.role_adapters()
-    if roles is None:
-        return
-    if world_size > 1:
+def check_roles_fit_the_job(config: TrainerConfig, world_size: int) -> None:
+    """Refuse roles under torchrun before anything starts: every rank would otherwise start its engine
+    first, minutes of work on a GPU node, only to be refused."""
+    if config.role_adapters() is not None and world_size > 1:
         raise ValueError(
             "TrainerConfig(roles=...) is not supported under torchrun yet (every rank would have to train "
             "the same roles in the same order): train roles in one process."
         )
+
+
+def check_engine_serves_roles(engine: Engine, config: TrainerConfig) -> None:
+    """Refuse, before the policy loads, a run whose roles the engine cannot serve their own adapters."""
+    roles = config.role_adapters()
+    if roles is None:
+        return
     needed = len(roles.adapters)
     if engine.weight_sync != "lora" or engine.max_adapters < needed:
         raise ValueError(
