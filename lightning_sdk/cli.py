@@ -261,6 +261,11 @@ def _add_import(commands: Commands) -> None:
     imports.add_argument(
         "--skip-invalid", action="store_true", help="store the spans that read, report the others"
     )
+    imports.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="exit 0 when the file holds no model call (default: an error that says what it holds)",
+    )
     imports.set_defaults(handler=_run_import)
 
 
@@ -269,7 +274,13 @@ def _run_import(args: argparse.Namespace) -> int:
     from lightning_sdk.tracing.store import EpisodeStore
 
     with EpisodeStore(args.store) as store:
-        report = import_traces(args.path, store, format=args.format, skip_invalid=args.skip_invalid)
+        report = import_traces(
+            args.path,
+            store,
+            format=args.format,
+            skip_invalid=args.skip_invalid,
+            allow_empty=args.allow_empty,
+        )
     print(f"imported {len(report.episodes)} episode(s) with {report.calls} call(s) into {args.store}")
     for problem in report.skipped:
         print(f"skipped: {problem}", file=sys.stderr)

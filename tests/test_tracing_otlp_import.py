@@ -118,7 +118,8 @@ def test_an_agent_trace_becomes_an_episode_with_its_calls_as_text(
         "name": "add",
         "arguments": '{"a": 2, "b": 2}',
     }
-    assert first.finish_reason == "tool_call" and first.usage == {"prompt_tokens": 12, "completion_tokens": 5}
+    assert first.finish_reason == "tool_calls"  # the conventions' "tool_call", spelled as chat's
+    assert first.usage == {"prompt_tokens": 12, "completion_tokens": 5}
     assert first.sampling == {"temperature": 0.2} and first.model == "gpt-4o-mini"
     assert second.messages is not None and second.messages[-1] == {
         "role": "tool",
@@ -132,8 +133,15 @@ def test_an_agent_trace_becomes_an_episode_with_its_calls_as_text(
 
     with ls.EpisodeStore(tmp_path / "episodes.db") as store:
         import_traces(path, store)
-        import_traces(path, store)  # the same file again: the same episodes, stored once
-        assert store.count() == 1 and store.get(episode.id) == episode
+        ls.feedback(episode.id, 1.0, store=store, comment="late")  # a reward that came after the import
+        import_traces(path, store)  # the same file again (a nightly import): stored once, feedback kept
+        assert store.count() == 1
+        stored = store.get(episode.id)
+        assert stored is not None and stored.rewards == {"feedback": 1.0}
+        assert [record["comment"] for record in stored.metadata["feedback"]] == ["late"]
+        # A task for `store.tasks()`, the first user message, and where it came from.
+        assert store.tasks() == ["What is 2 + 2?"] and stored.metadata["task_from"] == "first user message"
+        assert stored.calls == episode.calls and stored.children == episode.children
 
 
 def test_openllmetry_attributes_and_calls_outside_an_agent(tracer: tuple[Any, Any], tmp_path: Path) -> None:
@@ -158,6 +166,76 @@ def test_openllmetry_attributes_and_calls_outside_an_agent(tracer: tuple[Any, An
     [call] = episode.calls
     assert call.messages == [{"role": "user", "content": "Hi"}] and call.text == "Hello!"
     assert call.finish_reason == "stop" and call.agent_name == "POST /ask"
+
+
+def test_openllmetry_before_0_55_is_read_by_its_request_type_and_keeps_the_tools(
+    tracer: tuple[Any, Any], tmp_path: Path
+) -> None:
+    # Releases up to 0.54 write llm.request.type and the indexed attributes, and no operation name.
+    tracer_, exporter = tracer
+    add = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    attributes = {
+        "llm.request.type": "chat",
+        "gen_ai.request.model": "gpt-4o",
+        "llm.request.functions.0.name": "add",
+        "llm.request.functions.0.description": "Add.",
+        "llm.request.functions.0.parameters": json.dumps(add),
+        "gen_ai.prompt.0.role": "user",
+        "gen_ai.prompt.0.content": "Add 2",
+        "gen_ai.completion.0.role": "assistant",
+        "gen_ai.completion.0.finish_reason": "tool_calls",
+        "gen_ai.completion.0.tool_calls.0.id": "c1",
+        "gen_ai.completion.0.tool_calls.0.name": "add",
+        "gen_ai.completion.0.tool_calls.0.arguments": '{"a": 2}',
+    }
+    with tracer_.start_as_current_span("openai.chat", attributes=attributes):
+        pass
+    with tracer_.start_as_current_span("embeddings", attributes={"llm.request.type": "embedding"}):
+        pass
+    report = read_otlp_traces(write_otlp_json(exporter, tmp_path / "traces.json"))
+    [call] = [call for episode in report.episodes for call in episode.calls]
+    assert call.tools == [
+        {"type": "function", "function": {"name": "add", "description": "Add.", "parameters": add}}
+    ]
+    assert call.response_message is not None and call.response_message["tool_calls"][0]["id"] == "c1"
+    assert call.finish_reason == "tool_calls" and report.calls == 1
+
+
+def test_the_tool_definitions_of_the_current_conventions_are_kept(
+    tracer: tuple[Any, Any], tmp_path: Path
+) -> None:
+    tracer_, exporter = tracer
+    tools = [{"type": "function", "name": "add", "parameters": {"type": "object"}}]
+    extra = {"gen_ai.tool.definitions": json.dumps(tools)}
+    with tracer_.start_as_current_span("chat", attributes=chat_attributes(QUESTION, TOOL_CALL, **extra)):
+        pass
+    [episode] = read_otlp_traces(write_otlp_json(exporter, tmp_path / "traces.json")).episodes
+    assert episode.calls[0].tools == [
+        {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+    ]
+
+
+def test_a_file_with_no_model_call_is_an_error_that_says_what_it_holds(
+    tracer: tuple[Any, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lightning_sdk.cli import main
+
+    tracer_, exporter = tracer
+    with tracer_.start_as_current_span("GET /health"), tracer_.start_as_current_span("db.query"):
+        pass
+    spans_only = write_otlp_json(exporter, tmp_path / "spans.json")
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"resourceSpans": []}')
+    store = tmp_path / "episodes.db"
+    assert main(["import", str(spans_only), "--store", str(store)]) == 2
+    said = capsys.readouterr().err
+    assert "holds 2 span(s) but no model call" in said and "'GET /health', 'db.query'" in said
+    assert main(["import", str(empty), "--store", str(store)]) == 2
+    assert "holds no spans (an empty export?)" in capsys.readouterr().err
+    assert main(["import", str(empty), "--store", str(store), "--allow-empty"]) == 0
+    assert "imported 0 episode(s)" in capsys.readouterr().out
+    with ls.EpisodeStore(store) as opened:
+        assert opened.count() == 0
 
 
 def test_a_call_without_messages_is_refused_by_name_unless_skipped(

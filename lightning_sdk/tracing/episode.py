@@ -14,7 +14,11 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["Episode", "LLMCall", "new_id"]
+__all__ = ["FEEDBACK_KEY", "Episode", "LLMCall", "new_id"]
+
+FEEDBACK_KEY = "feedback"
+"""The key of `Episode.metadata` that lists every feedback the episode received, oldest first
+(`lightning_sdk.tracing.rewards.feedback`)."""
 
 
 # Ids come from our own generator, seeded from the OS: no system call on every LLM call's path (as

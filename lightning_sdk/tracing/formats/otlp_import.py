@@ -7,11 +7,12 @@ turns such a file into episodes:
 - one episode per agent span (`gen_ai.operation.name = "invoke_agent"`, named by `gen_ai.agent.name`),
   with the agent spans under it as sub-agents; model calls outside any agent span make one episode per
   trace, named after the trace's root span;
-- one `LLMCall` per model call span (`chat`, `text_completion`, `generate_content`): its messages from
-  `gen_ai.input.messages` / `gen_ai.system_instructions` and its reply from `gen_ai.output.messages`
-  (the current conventions), or from OpenLLMetry's indexed `gen_ai.prompt.<i>.*` / `gen_ai.completion.<i>.*`
-  attributes; model, sampling settings, usage, finish reason and timing from the other `gen_ai.*`
-  attributes.
+- one `LLMCall` per model call span (`chat`, `text_completion`, `generate_content`; OpenLLMetry before
+  0.55: `llm.request.type` `chat` or `completion`): its messages from `gen_ai.input.messages` /
+  `gen_ai.system_instructions` and its reply from `gen_ai.output.messages` (the current conventions), or
+  from OpenLLMetry's indexed `gen_ai.prompt.<i>.*` / `gen_ai.completion.<i>.*` attributes; its tools
+  (`otlp_messages.span_tools`); model, sampling settings, usage, finish reason (in chat's spelling) and
+  timing from the other `gen_ai.*` attributes.
 
 Calls served by another model carry text, not the policy's token ids: an imported call has no token ids
 (`LLMCall.trainable` is False) and says where it came from in `metadata["imported"]` (`"otlp"`).
@@ -19,9 +20,11 @@ Training never mixes the two kinds silently: text-only calls are re-tokenized by
 use needs tokens (supervised warm start), and GRPO trains only calls with the engine's own token ids.
 
 Episode ids are derived from the trace and span ids, so importing the same file twice stores each episode
-once. A file in another shape, or a model call span without messages, is a `TraceImportError` that names
-the span and what is missing; nothing is written unless every span reads (`skip_invalid=True` writes the
-rest and returns what was skipped).
+once, and keeps what was attached to it since (feedback, rewards, a task set by hand). An episode's task
+is its first user message's text unless one was set. A file in another shape, or a model call span
+without messages, is a `TraceImportError` that names the span and what is missing; nothing is written
+unless every span reads (`skip_invalid=True` writes the rest and returns what was skipped). A file with
+no model call is one too, unless `allow_empty=True`.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.tracing.formats.otlp_messages import TraceImportError, span_messages
+from lightning_sdk.tracing.episode import FEEDBACK_KEY, Episode, LLMCall
+from lightning_sdk.tracing.formats.otlp_messages import TraceImportError, span_messages, span_tools
 from lightning_sdk.tracing.store import EpisodeStore
 
 __all__ = [
@@ -48,6 +51,11 @@ __all__ = [
 
 CALL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 """`gen_ai.operation.name` values of a model call span."""
+CHAT_FINISH_REASONS = {"tool_call": "tool_calls"}
+"""The semantic conventions' finish reasons spelled as chat's where they differ (an episode's calls say
+`tool_calls`, whatever wrote the trace)."""
+LEGACY_CALL_TYPES = frozenset({"chat", "completion"})
+"""OpenLLMetry's `llm.request.type` of a model call span, for releases that write no operation name."""
 AGENT_OPERATION = "invoke_agent"
 IMPORTED_KEY = "imported"
 
@@ -62,6 +70,10 @@ class ImportReport:
     """Model calls read."""
     skipped: list[str] = field(default_factory=list)
     """Problems of the spans left out (`skip_invalid=True`), one line each."""
+    spans: int = 0
+    """Spans in the file, of any kind."""
+    span_names: list[str] = field(default_factory=list)
+    """The distinct names of its spans that were not model calls (for the error when none was)."""
 
 
 @dataclass
@@ -79,6 +91,15 @@ class _Span:
         value = self.attributes.get("gen_ai.operation.name")
         return value if isinstance(value, str) else None
 
+    @property
+    def is_model_call(self) -> bool:
+        """A model call, by what each producer writes: `gen_ai.operation.name` (the semantic conventions,
+        OpenLLMetry from 0.55), or OpenLLMetry's `llm.request.type` (`chat`, `completion`; releases up to
+        0.54 write no operation name)."""
+        if self.operation is not None:
+            return self.operation in CALL_OPERATIONS
+        return self.attributes.get("llm.request.type") in LEGACY_CALL_TYPES
+
     def where(self) -> str:
         return f"span {self.span_id} ({self.name!r}) of trace {self.trace_id}"
 
@@ -88,7 +109,8 @@ def read_otlp_traces(path: str | os.PathLike[str], *, skip_invalid: bool = False
     OpenTelemetry file exporters write) into episodes. Raises `TraceImportError` for a file in another
     shape, and for a model call span without messages unless `skip_invalid`."""
     spans = list(_spans_of(_documents(Path(path))))
-    report = ImportReport()
+    report = ImportReport(spans=len(spans))
+    report.span_names = sorted({span.name for span in spans if not span.is_model_call})
     by_trace: dict[str, list[_Span]] = {}
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
@@ -197,7 +219,7 @@ def _trace_episodes(spans: list[_Span], report: ImportReport, skip_invalid: bool
     top = [episode for episode in episodes.values() if episode.parent_id is None]
     loose: Episode | None = None
     for span in sorted(spans, key=lambda span: span.start_s):
-        if span.operation not in CALL_OPERATIONS:
+        if not span.is_model_call:
             continue
         try:
             call = _call(span)
@@ -254,11 +276,15 @@ def _call(span: _Span) -> LLMCall:
     messages, output = span_messages(span.attributes, span.where())
     if not messages:
         raise TraceImportError(
-            f"{span.where()} is a model call without messages: record content on spans "
-            "(gen_ai.input.messages, or OpenLLMetry's gen_ai.prompt.<i>.*; OpenTelemetry instrumentations "
-            "capture it when OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)."
+            f"{span.where()} is a model call without messages on the span. Record content on spans: "
+            "OpenLLMetry does (gen_ai.prompt.<i>.* or gen_ai.input.messages); the official "
+            "opentelemetry-instrumentation-openai-v2 does in its latest-conventions span mode "
+            "(OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental and "
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only or span_and_event). Its default "
+            "mode, and event_only, write content as log records, which cannot be imported yet."
         )
     reply = output[0] if output else None
+    tools = span_tools(attributes, span.where())
     usage = {
         key: attributes[name]
         for key, name in (
@@ -275,6 +301,7 @@ def _call(span: _Span) -> LLMCall:
     finish = reply.pop("finish_reason", None) if reply is not None else None
     if finish is None and isinstance(attributes.get("gen_ai.response.finish_reasons"), list):
         finish = next(iter(attributes["gen_ai.response.finish_reasons"]), None)
+    finish = CHAT_FINISH_REASONS.get(finish, finish) if isinstance(finish, str) else finish
     return LLMCall(
         id=f"otlp-{span.trace_id}-{span.span_id}",
         request_id=attributes.get("gen_ai.response.id"),
@@ -282,6 +309,7 @@ def _call(span: _Span) -> LLMCall:
         source="otlp",
         model=attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model"),
         messages=messages,
+        tools=tools or None,
         sampling=sampling,
         response_message=reply,
         text=reply.get("content") if reply is not None else None,
@@ -299,26 +327,90 @@ def import_traces(
     *,
     format: str = "auto",
     skip_invalid: bool = False,
+    allow_empty: bool = False,
 ) -> ImportReport:
     """Read a trace file and add its episodes to `store`; returns what was read.
 
     Args:
         path: an OTLP JSON trace file, or a JSONL file of episodes (`EpisodeStore.export_jsonl`).
-        store: where the episodes go (an episode already there, by id, is replaced: importing a file
-            twice stores it once).
+        store: where the episodes go. An episode already there (by id: importing a growing file again,
+            nightly) is replaced by what the file says, but keeps what was attached to it since: its
+            feedback and rewards, and a task set by hand.
         format: `"otlp"`, `"jsonl"`, or `"auto"` (JSONL when the first line is an episode).
         skip_invalid: store the spans that read and report the others (default: nothing is stored
             unless every span reads).
+        allow_empty: accept a file with no model call (default: a `TraceImportError` that says whether
+            the file held no spans, or spans of which none was a model call, so a script can tell
+            "nothing there" from "not understood").
     """
     if format not in ("auto", "otlp", "jsonl"):
         raise ValueError(f"format={format!r} must be 'auto', 'otlp' or 'jsonl'.")
     if format == "jsonl" or (format == "auto" and _looks_like_episodes(Path(path))):
         episodes = read_jsonl_episodes(path)
         report = ImportReport(episodes, sum(len(episode.all_calls()) for episode in episodes))
+        report.spans = -1  # not a trace file
     else:
         report = read_otlp_traces(path, skip_invalid=skip_invalid)
+    nothing = not report.episodes if report.spans < 0 else report.calls == 0
+    if nothing and not allow_empty:
+        raise TraceImportError(_nothing_found(path, report))
+    for episode in report.episodes:
+        _take_task(episode)
+        stored = store.get(episode.id)
+        if stored is not None:
+            _keep_attached(episode, stored)
     store.add_many(report.episodes)
     return report
+
+
+def _nothing_found(path: str | os.PathLike[str], report: ImportReport) -> str:
+    """Why a file gave no model call, and what to do (see `import_traces`'s `allow_empty`)."""
+    empty = " Pass allow_empty=True (--allow-empty) where an empty file is expected."
+    if report.spans < 0:
+        return f"{path} holds no episodes: nothing to import.{empty}"
+    if report.spans == 0:
+        return f"{path} holds no spans (an empty export?): nothing to import.{empty}"
+    if report.skipped:
+        return f"{path}: every model call span was skipped ({len(report.skipped)}): {report.skipped[0]}"
+    names = ", ".join(repr(name) for name in report.span_names[:8])
+    return (
+        f"{path} holds {report.spans} span(s) but no model call: a model call span has "
+        "gen_ai.operation.name 'chat', 'text_completion' or 'generate_content' (or, from OpenLLMetry before "
+        f"0.55, llm.request.type 'chat' or 'completion'). Its spans are named {names}. Was the GenAI "
+        f"instrumentation of the model client on when they were recorded?{empty}"
+    )
+
+
+TASK_FROM_KEY = "task_from"
+"""`Episode.metadata` key saying where an imported episode's task came from."""
+
+
+def _take_task(episode: Episode) -> None:
+    """An imported episode's task, for `EpisodeStore.tasks`: the text of the first user message of its
+    first call (what an agent that takes a question was asked). A task already set is kept."""
+    if episode.task is not None:
+        return
+    calls = episode.all_calls()
+    messages = calls[0].messages or [] if calls else []
+    text = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    if isinstance(text, str) and text:
+        episode.task = text
+        episode.metadata[TASK_FROM_KEY] = "first user message"
+
+
+def _keep_attached(episode: Episode, stored: Episode) -> None:
+    """`episode` (read again from the file) with what was attached to its stored copy since it was first
+    imported: rewards and their feedback records, reward errors, and a task set by hand."""
+    episode.rewards = {**stored.rewards, **episode.rewards}
+    records = stored.metadata.get(FEEDBACK_KEY)
+    if records:
+        episode.metadata[FEEDBACK_KEY] = list(records)
+    episode.reward_errors = stored.reward_errors + [
+        error for error in episode.reward_errors if error not in stored.reward_errors
+    ]
+    if stored.metadata.get(TASK_FROM_KEY) is None and stored.task is not None:
+        episode.task = stored.task
+        episode.metadata.pop(TASK_FROM_KEY, None)
 
 
 def _looks_like_episodes(path: Path) -> bool:

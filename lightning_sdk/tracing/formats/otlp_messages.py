@@ -6,6 +6,10 @@ as JSON strings or structured values) and OpenLLMetry's indexed attributes (`gen
 `.content`, `.tool_calls.<j>.*`; `gen_ai.completion.<i>.*`). Text parts become the message content, tool
 calls its `tool_calls`, a tool call response a `tool` message; reasoning parts are dropped, and any other
 part (an image, a file) is refused by name: the policy is trained on text.
+
+The tools the call offered (`span_tools`) come from `gen_ai.tool.definitions` (the current conventions) or
+OpenLLMetry's `llm.request.functions.<i>.*`, in chat's tool format, so that a warm start renders the
+tools block the model sees at rollout time.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["TraceImportError", "span_messages"]
+__all__ = ["TraceImportError", "span_messages", "span_tools"]
 
 
 class TraceImportError(ValueError):
@@ -133,3 +137,40 @@ def _indexed_messages(attributes: Mapping[str, Any], prefix: str) -> list[dict[s
         messages.append(message)
         index += 1
     return messages
+
+
+def span_tools(attributes: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    """The tools a model call span offered, as chat tools (`{"type": "function", "function": {...}}`);
+    empty when the span records none."""
+    if "gen_ai.tool.definitions" in attributes:
+        return [_chat_tool(item, where) for item in _parsed(attributes, where, "gen_ai.tool.definitions", [])]
+    tools: list[dict[str, Any]] = []
+    while f"llm.request.functions.{len(tools)}.name" in attributes:
+        key = f"llm.request.functions.{len(tools)}"
+        parameters = attributes.get(f"{key}.parameters")
+        if isinstance(parameters, str):
+            try:
+                parameters = json.loads(parameters)
+            except json.JSONDecodeError as error:
+                raise TraceImportError(f"{where}: {key}.parameters is not JSON ({error.msg}).") from None
+        function = {
+            "name": str(attributes[f"{key}.name"]),
+            "description": attributes.get(f"{key}.description"),
+        }
+        tools.append(_chat_tool({**function, "parameters": parameters}, where))
+    return tools
+
+
+def _chat_tool(item: Any, where: str) -> dict[str, Any]:
+    """A tool definition, flat (`{"type": "function", "name", ...}`, as the conventions record it) or in
+    chat's nested form, as a chat tool; fields without a value are left out."""
+    if not isinstance(item, Mapping):
+        raise TraceImportError(f"{where}: a tool definition must be an object: {item!r:.200}")
+    nested = item.get("function")
+    function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else item
+    if not isinstance(function.get("name"), str) or not function["name"]:
+        raise TraceImportError(f"{where}: a tool definition without a name: {item!r:.200}")
+    kept = {
+        key: function[key] for key in ("name", "description", "parameters") if function.get(key) is not None
+    }
+    return {"type": "function", "function": kept}

@@ -20,13 +20,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lightning_sdk.tracing.config import current_settings
+from lightning_sdk.tracing.episode import FEEDBACK_KEY, Episode
 from lightning_sdk.tracing.store import EpisodeStore, UnknownEpisode
-
-if TYPE_CHECKING:
-    from lightning_sdk.tracing.episode import Episode
 
 __all__ = [
     "FEEDBACK_KEY",
@@ -36,9 +34,6 @@ __all__ = [
     "feedback_field_problem",
     "feedback_problem",
 ]
-
-FEEDBACK_KEY = "feedback"
-"""The key of `Episode.metadata` that lists every feedback the episode received, oldest first."""
 
 
 @dataclass(frozen=True)
