@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import lightning_sdk as ls
+from lightning_sdk.serving.chat.bodies import LOWEST_LOGPROB, served_logprob
 from lightning_sdk.serving.tools.grammar import tool_grammar
 from lightning_sdk.training.algorithm.samples import build_samples
 from tests.fixtures.tools import ADD_SCHEMA
@@ -78,6 +79,11 @@ def test_a_forced_call_of_a_tool_without_strict_is_a_call_with_any_object(matche
     assert matches(required, '{"name": "note", "arguments": {"a":1}}\n</tool_call>')
     assert not matches(required, '{"name": "other", "arguments": {}}\n</tool_call>')
     assert not matches(required, "Sure, here you go.")
+
+
+def test_a_masked_alternative_is_served_as_the_lowest_number() -> None:
+    assert served_logprob(float("-inf")) == LOWEST_LOGPROB == served_logprob(-1e6)
+    assert served_logprob(-0.25) == -0.25
 
 
 def test_a_strict_schema_must_close_every_object() -> None:
@@ -243,7 +249,12 @@ def _forced_chat(endpoint: Any, choice: Any) -> tuple[str, Any]:
         tool_choice=choice,
         max_tokens=100,
         temperature=0,
+        logprobs=True,
+        top_logprobs=2,
     )
+    # Alternatives the grammar masked (minus infinity) are served as numbers, as OpenAI's fields are.
+    alternatives = [top.logprob for entry in reply.choices[0].logprobs.content for top in entry.top_logprobs]
+    assert all(isinstance(value, float) and value >= LOWEST_LOGPROB for value in alternatives)
     [call] = reply.choices[0].message.tool_calls
     return call.function.name, json.loads(call.function.arguments)
 

@@ -15,6 +15,7 @@ from lightning_sdk.engine.types import Completion, CompletionDelta, GenerationRe
 from lightning_sdk.serving.tools.calls import ParsedOutput
 
 __all__ = [
+    "LOWEST_LOGPROB",
     "ResponseMeta",
     "chat_choice",
     "chat_chunk",
@@ -23,6 +24,7 @@ __all__ = [
     "completion_choice",
     "completion_logprobs",
     "completion_response",
+    "served_logprob",
     "usage",
 ]
 
@@ -90,7 +92,17 @@ def chat_logprobs(
 
 def _token_entry(tokenizer: Any, token_id: int, logprob: float) -> dict[str, Any]:
     token = tokenizer.decode([token_id])
-    return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+    return {"token": token, "logprob": served_logprob(logprob), "bytes": list(token.encode("utf-8"))}
+
+
+LOWEST_LOGPROB = -9999.0
+"""What an alternative the sampler could not pick (a grammar masked it: minus infinity) is served as. JSON
+has no infinity, and OpenAI's logprobs are numbers; vLLM's own server serves the same floor."""
+
+
+def served_logprob(logprob: float) -> float:
+    """`logprob` as a JSON number: minus infinity (and anything below) as `LOWEST_LOGPROB`."""
+    return logprob if logprob > LOWEST_LOGPROB else LOWEST_LOGPROB
 
 
 def chat_choice(
@@ -145,7 +157,10 @@ def completion_logprobs(
     top_lists = None
     if top is not None:
         top_lists = [
-            {tokenizer.decode([tid]): lp for tid, lp in sorted(t.items(), key=lambda kv: -kv[1])[:top_count]}
+            {
+                tokenizer.decode([tid]): served_logprob(lp)
+                for tid, lp in sorted(t.items(), key=lambda kv: -kv[1])[:top_count]
+            }
             for t in top
         ]
     return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top_lists, "text_offset": offsets}
