@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
+from typing import Any
 
 import pytest
 
@@ -199,3 +202,36 @@ def test_the_episode_time_limit_holds_even_while_a_request_is_answered(clock) ->
         queue.leased("r0", lease.lease_id)
     with pytest.raises(LeaseLost):
         queue.begin_serving("r0", lease.lease_id)
+
+
+async def test_a_streamed_answer_ends_its_hold_however_sending_ends() -> None:
+    # The gateway's wrapper of a streamed answer (`routes._SentThen`): `done` runs when the stream was
+    # sent, and when the client was gone before the first event (a wrapped body iterator would never
+    # start then, and the lease would hold until the episode time limit).
+    from starlette.responses import StreamingResponse
+
+    from lightning_sdk.rollouts.routes import _SentThen
+
+    async def events() -> Any:
+        yield b"data: 1\n\n"
+        yield b"data: 2\n\n"
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def gone(message: dict[str, Any]) -> None:
+        raise OSError("the client went away")
+
+    scope = {"type": "http", "asgi": {"spec_version": "2.3"}, "method": "POST", "path": "/", "headers": []}
+    for sender in (send, gone):
+        done: list[bool] = []
+        answer = _SentThen(StreamingResponse(events()), functools.partial(done.append, True))
+        with contextlib.suppress(OSError):
+            await answer(scope, receive, sender)
+        assert done == [True], sender
+    assert any(message.get("body") == b"data: 2\n\n" for message in sent)  # sent whole when it could be

@@ -71,6 +71,7 @@ def test_feedback_sets_the_reward_and_keeps_when_and_how_it_came(store: ls.Episo
         (math.inf, {}, "must be a finite number"),
         ("1", {}, "must be a finite number"),
         (True, {}, "must be a finite number"),
+        (10**400, {}, "must be a finite number"),  # past float's range: refused, not an OverflowError
         (2.0, {"reward_range": (0.0, 1.0)}, r"outside the allowed range \[0, 1\]"),
         (1.0, {"name": " "}, "must be a non-empty string"),
     ],

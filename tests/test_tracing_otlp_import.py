@@ -142,6 +142,10 @@ def test_an_agent_trace_becomes_an_episode_with_its_calls_as_text(
         # A task for `store.tasks()`, the first user message, and where it came from.
         assert store.tasks() == ["What is 2 + 2?"] and stored.metadata["task_from"] == "first user message"
         assert stored.calls == episode.calls and stored.children == episode.children
+        stored.task = {"question": "What is 2 + 2?"}  # the agent's own task, set by hand as the docs say
+        store.add(stored)
+        import_traces(path, store)
+        assert store.tasks() == [{"question": "What is 2 + 2?"}]
 
 
 def test_openllmetry_attributes_and_calls_outside_an_agent(tracer: tuple[Any, Any], tmp_path: Path) -> None:

@@ -295,8 +295,9 @@ class RolloutQueue:
                 continue
             if (now < entry.renew_by or entry.serving) and now < entry.finish_by:
                 continue
+            # The time limit first: a lease held while a request is answered may also be past renew_by.
             reason = (
-                "stopped renewing its lease" if now >= entry.renew_by else "ran past the episode time limit"
+                "ran past the episode time limit" if now >= entry.finish_by else "stopped renewing its lease"
             )
             entry.history.append(f"attempt {entry.attempts} on runner {entry.runner!r} {reason}")
             entry.lease = None

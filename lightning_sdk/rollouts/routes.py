@@ -31,14 +31,15 @@ body over its size limit. Nothing already stored changes on a refused request.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import ValidationError
+from starlette.types import Receive, Scope, Send
 
 from lightning_sdk.rollouts.gateway import GatewayRecorder
 from lightning_sdk.rollouts.queue import LeaseLost, RolloutQueue, UnknownRollout
@@ -203,24 +204,28 @@ def _recorded(
         except BaseException:
             queue.end_serving(rollout_id, lease_id)
             raise
-        if isinstance(answer, StreamingResponse):  # answered while its events are sent, not before
-            answer.body_iterator = _then(
-                answer.body_iterator, lambda: queue.end_serving(rollout_id, lease_id)
-            )
-        else:
-            queue.end_serving(rollout_id, lease_id)
+        if isinstance(answer, Response):  # a stream: answered while its events are sent, not before
+            return _SentThen(answer, lambda: queue.end_serving(rollout_id, lease_id))
+        queue.end_serving(rollout_id, lease_id)
         return answer
 
     return serve
 
 
-async def _then(events: AsyncIterable[Any], done: Callable[[], None]) -> AsyncIterator[Any]:
-    """`events`, then `done()`, however the stream ends (finished, failed, or the client went away)."""
-    try:
-        async for event in events:
-            yield event
-    finally:
-        done()
+class _SentThen(Response):
+    """`response` sent as it is, then `done()`, however sending ends: finished, failed, or the client gone
+    before the first event (a wrapper of the body's iterator would never start then, and not run `done`)."""
+
+    def __init__(self, response: Response, done: Callable[[], None]) -> None:
+        self.__dict__.update(response.__dict__)  # status, headers, background: the answer's own
+        self._response, self._done = response, done
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._response.background = self.background  # FastAPI may have set it on this wrapper
+        try:
+            await self._response(scope, receive, send)
+        finally:
+            self._done()
 
 
 def _training_not_over(queue: RolloutQueue) -> Callable[[], Awaitable[None]]:

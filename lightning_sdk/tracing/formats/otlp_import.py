@@ -42,6 +42,9 @@ from lightning_sdk.tracing.store import EpisodeStore
 
 __all__ = [
     "CALL_OPERATIONS",
+    "CHAT_FINISH_REASONS",
+    "LEGACY_CALL_TYPES",
+    "TASK_FROM_KEY",
     "ImportReport",
     "TraceImportError",
     "import_traces",
@@ -408,7 +411,8 @@ def _keep_attached(episode: Episode, stored: Episode) -> None:
     episode.reward_errors = stored.reward_errors + [
         error for error in episode.reward_errors if error not in stored.reward_errors
     ]
-    if stored.metadata.get(TASK_FROM_KEY) is None and stored.task is not None:
+    derived = stored.metadata.get(TASK_FROM_KEY) is not None and stored.task == episode.task
+    if stored.task is not None and not derived:  # set by hand (the derivation's marker may still be there)
         episode.task = stored.task
         episode.metadata.pop(TASK_FROM_KEY, None)
 

@@ -77,14 +77,21 @@ def feedback_field_problem(
     """The field that is wrong (`"reward"` or `"name"`) and what is wrong with it, or None. The one rule
     for `ls.feedback` and the HTTP route: a reward is a finite number, not a boolean or a string that
     reads as one, so a client's `true` or `"1"` is refused on both paths rather than stored as 1.0."""
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-        return "reward", f"reward={reward!r} must be a finite number."
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not _finite(reward):
+        return "reward", f"reward={reward!r:.80} must be a finite number."
     if reward_range is not None and not reward_range[0] <= reward <= reward_range[1]:
         low, high = reward_range
         return "reward", f"reward={reward!r} is outside the allowed range [{low:g}, {high:g}]."
     if not isinstance(name, str) or not name.strip():
         return "name", f"name={name!r} must be a non-empty string (the reward's name)."
     return None
+
+
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an integer past float's range (JSON allows any number of digits)
+        return False
 
 
 def feedback(
