@@ -6,7 +6,7 @@
 #   scripts/ci_loop.sh                 # 5 runs, seeds 1..5
 #   scripts/ci_loop.sh 3 10            # 3 runs, seeds 10..12
 #
-# Each run takes 20-30 minutes on 2 cores (it installs its own .venv). Run nothing else heavy beside it: the
+# Each run takes about 20 minutes on 2 idle cores (it installs its own .venv; CONTRIBUTING.md has figures). Run nothing else heavy beside it: the
 # suite needs most of a 24 GiB machine at its peak, and a second suite beside it gets it killed for memory.
 # Logs and a summary go to $CI_LOOP_DIR (default /tmp/lightning-sdk-ci-loop).
 set -uo pipefail
