@@ -270,17 +270,15 @@ def _add_import(commands: Commands) -> None:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from lightning_sdk.tracing.formats.otlp_import import import_traces
+    from lightning_sdk.tracing.formats.otlp_import import read_traces, store_traces
     from lightning_sdk.tracing.store import EpisodeStore
 
+    # Read and check first: a refused file leaves no store behind.
+    report = read_traces(
+        args.path, format=args.format, skip_invalid=args.skip_invalid, allow_empty=args.allow_empty
+    )
     with EpisodeStore(args.store) as store:
-        report = import_traces(
-            args.path,
-            store,
-            format=args.format,
-            skip_invalid=args.skip_invalid,
-            allow_empty=args.allow_empty,
-        )
+        store_traces(report, store)
     print(f"imported {len(report.episodes)} episode(s) with {report.calls} call(s) into {args.store}")
     for problem in report.skipped:
         print(f"skipped: {problem}", file=sys.stderr)

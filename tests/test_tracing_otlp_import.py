@@ -236,6 +236,7 @@ def test_a_file_with_no_model_call_is_an_error_that_says_what_it_holds(
     assert "holds 2 span(s) but no model call" in said and "'GET /health', 'db.query'" in said
     assert main(["import", str(empty), "--store", str(store)]) == 2
     assert "holds no spans (an empty export?)" in capsys.readouterr().err
+    assert not store.exists()  # refused: no store file made
     assert main(["import", str(empty), "--store", str(store), "--allow-empty"]) == 0
     assert "imported 0 episode(s)" in capsys.readouterr().out
     with ls.EpisodeStore(store) as opened:

@@ -50,6 +50,8 @@ __all__ = [
     "import_traces",
     "read_jsonl_episodes",
     "read_otlp_traces",
+    "read_traces",
+    "store_traces",
 ]
 
 CALL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -332,7 +334,8 @@ def import_traces(
     skip_invalid: bool = False,
     allow_empty: bool = False,
 ) -> ImportReport:
-    """Read a trace file and add its episodes to `store`; returns what was read.
+    """Read a trace file and add its episodes to `store`; returns what was read (`read_traces`, then
+    `store_traces`).
 
     Args:
         path: an OTLP JSON trace file, or a JSONL file of episodes (`EpisodeStore.export_jsonl`).
@@ -346,6 +349,20 @@ def import_traces(
             the file held no spans, or spans of which none was a model call, so a script can tell
             "nothing there" from "not understood").
     """
+    report = read_traces(path, format=format, skip_invalid=skip_invalid, allow_empty=allow_empty)
+    store_traces(report, store)
+    return report
+
+
+def read_traces(
+    path: str | os.PathLike[str],
+    *,
+    format: str = "auto",
+    skip_invalid: bool = False,
+    allow_empty: bool = False,
+) -> ImportReport:
+    """The episodes of a trace file, checked as `import_traces` checks them, without a store: a file that
+    is refused leaves nothing behind, not even a new store file (the command reads before it opens one)."""
     if format not in ("auto", "otlp", "jsonl"):
         raise ValueError(f"format={format!r} must be 'auto', 'otlp' or 'jsonl'.")
     if format == "jsonl" or (format == "auto" and _looks_like_episodes(Path(path))):
@@ -357,13 +374,17 @@ def import_traces(
     nothing = not report.episodes if report.spans < 0 else report.calls == 0
     if nothing and not allow_empty:
         raise TraceImportError(_nothing_found(path, report))
+    return report
+
+
+def store_traces(report: ImportReport, store: EpisodeStore) -> None:
+    """Add what `read_traces` read to `store`, keeping what was attached to episodes already there."""
     for episode in report.episodes:
         _take_task(episode)
         stored = store.get(episode.id)
         if stored is not None:
             _keep_attached(episode, stored)
     store.add_many(report.episodes)
-    return report
 
 
 def _nothing_found(path: str | os.PathLike[str], report: ImportReport) -> str:
