@@ -23,16 +23,29 @@ import time
 
 import torch
 
+LAYOUTS = {
+    "padded": ("padded", False),
+    "cached prompts": ("cached", False),
+    "packed": ("packed", False),
+    "packed + entropy": ("packed", True),
+}
 
-def build_samples(tokenizer, prompts: int, group: int, completion_tokens: int) -> list:
+
+def build_samples(tokenizer, prompts: int, group: int, completion_tokens: int, prompt_words: int = 0) -> list:
     from lightning_sdk.training.algorithm.samples import Sample
 
     rng = random.Random(0)
+    context = "note " * prompt_words
     samples = []
     for _ in range(prompts):
         a, b = rng.randint(10, 99), rng.randint(10, 99)
         prompt = tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"What is {a} + {b}? Reply with only the number."}],
+            [
+                {
+                    "role": "user",
+                    "content": context + f"What is {a} + {b}? Reply with only the number.",
+                }
+            ],
             add_generation_prompt=True,
             return_dict=False,
         )
@@ -51,11 +64,11 @@ def build_samples(tokenizer, prompts: int, group: int, completion_tokens: int) -
     return samples
 
 
-def timed_pass(model, batch, share_prompts: bool) -> tuple[float, float]:
+def timed_pass(model, batch, layout: str, with_entropy: bool = False) -> tuple[float, float]:
     from lightning_sdk.training.update.logprobs import token_logprobs
 
     wall, cpu = time.perf_counter(), time.process_time()
-    logprobs, _ = token_logprobs(model, batch, with_entropy=False, share_prompts=share_prompts)
+    logprobs, _ = token_logprobs(model, batch, with_entropy=with_entropy, layout=layout)
     (-(logprobs * batch.advantages * batch.loss_mask).sum()).backward()
     model.zero_grad(set_to_none=True)
     return time.perf_counter() - wall, time.process_time() - cpu
@@ -68,6 +81,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--completion-tokens", type=int, default=16)
+    parser.add_argument("--prompt-words", type=int, default=0, help="extra words of context in each prompt")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -81,14 +95,14 @@ def main() -> None:
     path = resolve_model(None).path
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     model = build_lora_model(load_base_model(path), TrainerConfig())
-    samples = build_samples(tokenizer, args.prompts, args.group, args.completion_tokens)
+    samples = build_samples(tokenizer, args.prompts, args.group, args.completion_tokens, args.prompt_words)
     batch = collate(samples, tokenizer.pad_token_id)
-    timed_pass(model, collate(samples[:2], tokenizer.pad_token_id), True)  # warm-up
+    timed_pass(model, collate(samples[:2], tokenizer.pad_token_id), "packed")  # warm-up
 
-    results: dict[str, list[tuple[float, float]]] = {"full sequences": [], "shared prompts": []}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in LAYOUTS}
     for _ in range(args.rounds):
-        results["full sequences"].append(timed_pass(model, batch, share_prompts=False))
-        results["shared prompts"].append(timed_pass(model, batch, share_prompts=True))
+        for name, (layout, entropy) in LAYOUTS.items():
+            results[name].append(timed_pass(model, batch, layout, entropy))
 
     print(
         f"{len(samples)} samples, prompt {len(samples[0].prompt_ids)} + completion "

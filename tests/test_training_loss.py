@@ -148,12 +148,12 @@ def padded_samples():
     ]
 
 
-@pytest.mark.parametrize("share_prompts", [False, True])
-def test_token_logprobs_match_unpadded_sequences(share_prompts):
+@pytest.mark.parametrize("layout", ["padded", "cached", "packed"])
+def test_token_logprobs_match_unpadded_sequences(layout):
     model = tiny_llama()
     samples = padded_samples()
     with torch.no_grad():
-        logprobs, entropy = token_logprobs(model, collate(samples), share_prompts=share_prompts)
+        logprobs, entropy = token_logprobs(model, collate(samples), layout=layout)
         for row, sample in enumerate(samples):
             size = len(sample.completion_ids)
             assert logprobs[row, :size].tolist() == pytest.approx(reference_logprobs(model, sample), abs=1e-5)
@@ -164,9 +164,9 @@ def test_token_logprobs_match_unpadded_sequences(share_prompts):
 
 def test_shared_prompt_gradients_equal_full_sequence_gradients():
     gradients = []
-    for share_prompts in (False, True):
+    for layout in ("padded", "cached"):
         model, _ = tiny_lora_model()
-        logprobs, _ = token_logprobs(model, collate(padded_samples()), share_prompts=share_prompts)
+        logprobs, _ = token_logprobs(model, collate(padded_samples()), layout=layout)
         (logprobs * collate(padded_samples()).loss_mask).sum().backward()
         gradients.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert gradients[0].keys() == gradients[1].keys() and gradients[0]
@@ -174,15 +174,13 @@ def test_shared_prompt_gradients_equal_full_sequence_gradients():
         assert torch.allclose(gradient, gradients[1][name], atol=1e-5), name
 
 
-@pytest.mark.parametrize("share_prompts", [False, True])
-def test_chunked_logprobs_equal_whole_logits_in_values_entropy_and_gradients(share_prompts):
+@pytest.mark.parametrize("layout", ["padded", "cached", "packed"])
+def test_chunked_logprobs_equal_whole_logits_in_values_entropy_and_gradients(layout):
     results = []
     for chunk_tokens in (None, 2):  # None: the whole [B, Lc, V] logits at once; 2: one position per chunk
         model, _ = tiny_lora_model()
         batch = collate(padded_samples())
-        logprobs, entropy = token_logprobs(
-            model, batch, share_prompts=share_prompts, chunk_tokens=chunk_tokens
-        )
+        logprobs, entropy = token_logprobs(model, batch, layout=layout, chunk_tokens=chunk_tokens)
         (logprobs * batch.loss_mask).sum().backward()
         gradients = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results.append((logprobs.detach(), entropy, gradients))
@@ -209,6 +207,6 @@ def test_chunked_logprobs_keep_no_whole_vocabulary_tensor_for_the_backward_pass(
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(keep_shape, lambda tensor: tensor):
-            token_logprobs(model, batch, with_entropy=False, share_prompts=False, chunk_tokens=chunk_tokens)
+            token_logprobs(model, batch, with_entropy=False, layout="padded", chunk_tokens=chunk_tokens)
         kept_logits = [s for s in saved if len(s) == 3 and s[1] in (width, width + 1) and s[2] == vocabulary]
         assert bool(kept_logits) == expect_logits, (chunk_tokens, kept_logits)

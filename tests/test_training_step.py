@@ -107,15 +107,15 @@ def test_bundled_model_learns_from_advantages(bundled_model_path):
         for ids, advantage in zip(completions, (1.0, -1.0), strict=True)
     ]
 
-    def sequence_logprobs(share_prompts=None):
+    def sequence_logprobs(layout=None):
         batch = collate(samples, tokenizer.pad_token_id)
         with torch.no_grad():
-            values, _ = token_logprobs(model, batch, with_entropy=False, share_prompts=share_prompts)
+            values, _ = token_logprobs(model, batch, with_entropy=False, layout=layout)
         return [float((values[row] * batch.loss_mask[row]).sum()) for row in range(2)]
 
     start = sequence_logprobs()
     # The two samples share their prompt: one prompt pass reused by both gives the same numbers.
-    assert start == pytest.approx(sequence_logprobs(share_prompts=False), abs=1e-3)
+    assert start == pytest.approx(sequence_logprobs(layout="padded"), abs=1e-3)
     before = lora_weights(model)
     optimizer = build_optimizer(model, config)
     scheduler = build_scheduler(optimizer, config)

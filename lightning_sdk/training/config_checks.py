@@ -242,8 +242,13 @@ def _check_memory_fields(config: Any) -> str | None:
             f"gradient_checkpointing={config.gradient_checkpointing!r} must be True, False or 'auto' (on "
             "where the policy trains on a GPU)."
         )
+    if config.attention not in ("auto", "flex_attention", "sdpa", "eager"):
+        return (
+            f"attention={config.attention!r} must be 'auto', 'flex_attention', 'sdpa' or 'eager' (the "
+            "attention implementations that take the packed training pass's mask)."
+        )
     for name, meaning in (
-        ("micro_batch_tokens", "the padded tokens of one forward pass"),
+        ("micro_batch_tokens", "the tokens of one forward pass"),
         ("logit_chunk_tokens", "the tokens projected to the vocabulary at once"),
     ):
         value = getattr(config, name)

@@ -137,7 +137,8 @@ def _train(
 
     seed_everything(config.seed)
     placement = plan_placement()
-    base = load_base_model(model_path, placement.training_dtype(config.dtype), device=placement.device)
+    dtype = placement.training_dtype(config.dtype)
+    base = load_base_model(model_path, dtype, device=placement.device, attention=config.attention)
     policy = build_lora_model(base, config)
     if config.init_adapter is not None:
         load_adapter_weights(policy, config.init_adapter)

@@ -121,7 +121,7 @@ class TrainingSession:
         engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
         say_step_memory(config, engine.model.path, placement)
         dtype = placement.training_dtype(config.dtype)
-        base = load_base_model(engine.model.path, dtype, device=placement.device)
+        base = load_base_model(engine.model.path, dtype, device=placement.device, attention=config.attention)
         lora_model = build_lora_model(base, config, adapters)
         if config.init_adapter is not None:
             from lightning_sdk.training.update.lora import load_adapter_weights

@@ -1,4 +1,4 @@
-"""Samples to padded tensors, packed into micro-batches by a token budget.
+"""Samples to padded tensors, grouped into micro-batches by a token budget.
 
 A batch keeps prompts and completions apart: the distinct prompts of the batch, left-padded so they
 end together, and one right-padded completion per sample. The `group_size` episodes of a task share
@@ -102,27 +102,38 @@ def collate(samples: Sequence[Sample], pad_token_id: int = 0, device: torch.devi
     )
 
 
-def batch_tokens(samples: Sequence[Sample]) -> int:
-    """The padded size of a micro-batch in tokens: rows x (longest prompt + longest completion). It bounds
-    the activations the forward pass keeps (sharing a prompt only makes them smaller)."""
+def batch_tokens(samples: Sequence[Sample], packed: bool = False) -> int:
+    """The tokens one forward pass over `samples` runs, which bound the activations it keeps.
+
+    Padded (`packed=False`): rows x (longest prompt + longest completion). Packed (`packing.py`): each
+    distinct prompt once plus every completion, no padding.
+    """
     if not samples:
         return 0
+    if packed:
+        prompts = {tuple(sample.prompt_ids) for sample in samples}
+        return sum(len(prompt) for prompt in prompts) + sum(len(sample.completion_ids) for sample in samples)
     prompt = max(len(sample.prompt_ids) for sample in samples)
     completion = max(len(sample.completion_ids) for sample in samples)
     return len(samples) * (prompt + completion)
 
 
-def micro_batches(samples: Sequence[Sample], size: int, max_tokens: int | None = None) -> list[list[Sample]]:
-    """Split samples into micro-batches of at most `size` sequences and `max_tokens` padded tokens.
+def micro_batches(
+    samples: Sequence[Sample], size: int | None, max_tokens: int | None = None, packed: bool = False
+) -> list[list[Sample]]:
+    """Split samples into micro-batches of at most `size` sequences (`None`: any number) and `max_tokens`
+    tokens of the pass (`batch_tokens`, padded or `packed`).
 
-    Peak memory follows the micro-batch's padded tokens, so the token budget, not the longest episode,
-    decides it; a sample longer than the budget goes alone. Samples with the same prompt are packed whole
-    into one micro-batch when they fit (they share the prompt's forward pass), else split; similar lengths
-    go together, which keeps padding small.
+    Peak memory follows the micro-batch's tokens, so the token budget, not the longest episode, decides
+    it; a sample longer than the budget goes alone. Samples with the same prompt are put whole into one
+    micro-batch when they fit (they share the prompt's forward pass), else split; similar lengths go
+    together, which keeps padding small where there is padding.
     """
 
     def fits(chunk: list[Sample]) -> bool:
-        return len(chunk) <= size and (max_tokens is None or batch_tokens(chunk) <= max_tokens)
+        if size is not None and len(chunk) > size:
+            return False
+        return max_tokens is None or batch_tokens(chunk, packed) <= max_tokens
 
     by_prompt: dict[tuple[int, ...], list[Sample]] = {}
     for sample in sorted(samples, key=lambda s: (len(s.prompt_ids), s.prompt_ids, len(s.completion_ids))):

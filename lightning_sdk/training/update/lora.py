@@ -21,6 +21,8 @@ import torch
 
 from lightning_sdk.engine.adapter_folders import ADAPTER_WEIGHTS_FILE, role_adapter_names
 from lightning_sdk.engine.placement import auto_dtype
+from lightning_sdk.training.update.fused_kernels import apply_fused_kernels
+from lightning_sdk.training.update.packed_attention import choose_attention
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -58,11 +60,19 @@ def load_base_model(
     dtype: str = "auto",
     device: torch.device | str = "cpu",
     gguf_file: str | None = None,
+    attention: str = "auto",
 ) -> PreTrainedModel:
-    """Load a Hugging Face causal LM folder (as resolved by `lightning_sdk.engine.models.resolve_model`)."""
+    """Load a Hugging Face causal LM folder (as resolved by `lightning_sdk.engine.models.resolve_model`).
+
+    `attention` is transformers' attention implementation (`TrainerConfig.attention`); `"auto"` is flex
+    attention on a GPU where it works, SDPA elsewhere (`packed_attention.choose_attention`).
+    """
     from transformers import AutoModelForCausalLM
 
-    kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype, device)}
+    kwargs: dict[str, Any] = {
+        "dtype": resolve_dtype(dtype, device),
+        "attn_implementation": choose_attention(attention, device),
+    }
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
     model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(model_path), **kwargs)
@@ -87,6 +97,7 @@ def build_lora_model(
         target_modules=targets if isinstance(targets, str) else list(targets),
         task_type="CAUSAL_LM",
     )
+    apply_fused_kernels(base_model, config.fused_kernels)
     checkpointing = uses_gradient_checkpointing(config, base_model.device)
     if checkpointing:
         base_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -14,8 +14,8 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import collate, micro_batches
-from lightning_sdk.training.update.logprobs import token_logprobs
+from lightning_sdk.training.update.batching import collate
+from lightning_sdk.training.update.logprobs import plan_micro_batches, token_logprobs
 from lightning_sdk.training.update.step import advance, optimizer_step
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def sft_update(
     tokens = sum(sample.num_trained_tokens for sample in samples)
     model.train()
     total = 0.0
-    for chunk in micro_batches(samples, config.micro_batch_size, config.micro_batch_tokens):
+    for chunk in plan_micro_batches(model, samples, config.micro_batch_size, config.micro_batch_tokens):
         batch = collate(chunk, pad_token_id, device)
         logprobs, _ = token_logprobs(model, batch, with_entropy=False, chunk_tokens=config.logit_chunk_tokens)
         loss = -(logprobs * batch.loss_mask).sum() / tokens

@@ -12,8 +12,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import Batch, collate, micro_batches
-from lightning_sdk.training.update.logprobs import token_logprobs
+from lightning_sdk.training.update.batching import Batch, collate
+from lightning_sdk.training.update.logprobs import plan_micro_batches, token_logprobs
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def train_on_samples(
             "learning_rate": learning_rate,
         }
     options = LossOptions.from_config(config)
-    plan = _plan(samples, config, pad_token_id, device=next(model.parameters()).device)
+    plan = _plan(model, samples, config, pad_token_id)
     # Later mini-batches are trained after earlier updates: measure their ratio against the policy
     # that sampled them, computed before anything changes. The first mini-batch is exactly on-policy.
     old = [None] + [_old_logprobs(model, batches, options.logit_chunk_tokens) for batches in plan[1:]]
@@ -112,13 +112,14 @@ def train_on_samples(
 
 
 def _plan(
-    samples: list[Sample], config: TrainerConfig, pad_token_id: int, device: torch.device
+    model: PolicyModel, samples: list[Sample], config: TrainerConfig, pad_token_id: int
 ) -> list[list[Batch]]:
     """Per mini-batch, its collated micro-batches."""
+    device = next(model.parameters()).device
     return [
         [
             collate(chunk, pad_token_id, device)
-            for chunk in micro_batches(mini, config.micro_batch_size, config.micro_batch_tokens)
+            for chunk in plan_micro_batches(model, mini, config.micro_batch_size, config.micro_batch_tokens)
         ]
         for mini in split_mini_batches(samples, config.mini_batches_per_step)
     ]
