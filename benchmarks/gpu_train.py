@@ -291,6 +291,7 @@ def main() -> None:
                     row["error"] = f"not installed: {error.name}"
                 except Exception as error:  # noqa: BLE001  # one side failing still leaves the others' numbers
                     row["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+                    policy.zero_grad(set_to_none=True)
                 if on_gpu:
                     torch.cuda.empty_cache()
                 rows.append(row)

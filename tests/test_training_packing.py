@@ -127,7 +127,7 @@ def test_flex_attention_takes_the_same_rule():
 
 
 def test_a_model_that_cannot_pack_runs_padded_and_says_why_once(caplog):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     config = Qwen2Config(
@@ -143,6 +143,9 @@ def test_a_model_that_cannot_pack_runs_padded_and_says_why_once(caplog):
     )
     model = Qwen2ForCausalLM(config).eval()
     assert "sliding-window" in packing_problem(model)
+    # Mistral applies its window from `sliding_window` alone (no per-layer types).
+    mistral = MistralForCausalLM(MistralConfig(**{**config.to_dict(), "model_type": "mistral"}))
+    assert "sliding-window" in packing_problem(mistral)
     batch = collate(mixed_samples())
     assert default_layout(model, batch) == "cached"  # a CPU model that keeps a cache still shares prompts
     with caplog.at_level(logging.WARNING, logger="lightning_sdk.training.update.logprobs"), torch.no_grad():
@@ -152,6 +155,12 @@ def test_a_model_that_cannot_pack_runs_padded_and_says_why_once(caplog):
     said = [record.getMessage() for record in caplog.records if "padded, not packed" in record.getMessage()]
     assert len(said) == 1 and "sliding-window" in said[0]
     assert_same(padded, asked)
+
+
+def test_samples_with_nothing_to_predict_give_empty_rows():
+    batch = collate([sample([1, 2], []), sample([1, 2], [])])
+    logprobs, entropy = token_logprobs(tiny_llama(), batch, layout="packed")
+    assert logprobs.shape == entropy.shape == (2, 0)
 
 
 def test_the_cached_layout_is_refused_where_the_cache_would_be_dropped():
@@ -215,8 +224,11 @@ def test_packed_equals_padded_on_a_gpu_with_gradients(attention):
     # Run by scripts/gpu_check.sh on a GPU machine; skipped elsewhere.
     results = {}
     for layout in ("padded", "packed"):
-        model, _ = tiny_lora_model(gradient_checkpointing=True)
+        # Flex attention's GPU kernels need a head dimension of at least 16.
+        config = TrainerConfig(lora_rank=4, gradient_checkpointing=True)
+        model = build_lora_model(tiny_llama(hidden_size=64, intermediate_size=96), config)
         model.get_base_model().set_attn_implementation(attention)
         model = model.cuda().train()
         results[layout] = run(model, collate(mixed_samples(), device="cuda"), layout)
+    assert results["padded"][2]
     assert_same(results["padded"], results["packed"], tolerance=1e-4)

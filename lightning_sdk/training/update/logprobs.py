@@ -106,14 +106,13 @@ def default_layout(model: torch.nn.Module, batch: Batch) -> Layout:
     (2.3 times less than padded); samples that share no prompt run padded (`benchmarks/train_step.py`).
     A model that cannot take the packed layout runs padded.
     """
-    can_pack = packing_problem(model) is None
     if next(model.parameters()).device.type != "cpu":
-        return "packed" if can_pack else "padded"
+        return "packed"  # `token_logprobs` falls back to padded, saying why, where the model cannot pack
     if batch.num_prompts == batch.num_sequences:
         return "padded"
     if not _uses_cache_badly(model):
         return "cached"
-    return "packed" if can_pack else "padded"
+    return "packed" if packing_problem(model) is None else "padded"
 
 
 def plan_micro_batches(
@@ -142,6 +141,9 @@ def _packed_logprobs(
     model: torch.nn.Module, batch: Batch, with_entropy: bool, chunk_tokens: int | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     row = pack(batch)
+    if row.predictors.numel() == 0:  # every completion is empty: nothing to predict
+        empty = batch.completion_ids.new_zeros(batch.completion_ids.shape, dtype=torch.float32)
+        return empty, empty.clone() if with_entropy else None
     implementation = attention_implementation(model) or "sdpa"
     mask = packed_attention_mask(row, implementation, next(model.parameters()).dtype)
     temperatures = batch.temperatures[row.rows]

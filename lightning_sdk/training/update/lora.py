@@ -11,6 +11,7 @@ of such folders, one per role, named after it (peft's own layout for named adapt
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from lightning_sdk.training.config import TrainerConfig
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ADAPTER_WEIGHTS_FILE",
@@ -69,13 +72,20 @@ def load_base_model(
     """
     from transformers import AutoModelForCausalLM
 
-    kwargs: dict[str, Any] = {
-        "dtype": resolve_dtype(dtype, device),
-        "attn_implementation": choose_attention(attention, device),
-    }
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype, device)}
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
-    model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(model_path), **kwargs)
+    chosen = choose_attention(attention, device)
+    try:
+        model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
+            str(model_path), **kwargs, attn_implementation=chosen
+        )
+    except (ValueError, ImportError) as error:
+        if attention != "auto" or chosen is None:
+            raise
+        # The model class does not implement flex attention (GPT-2, Falcon, remote code, ...).
+        logger.warning("training pass: %s for this model (%s); transformers' default instead", chosen, error)
+        model = AutoModelForCausalLM.from_pretrained(str(model_path), **kwargs)
     return model.to(device)  # type: ignore[arg-type,no-any-return]  # transformers types .to as taking a model
 
 

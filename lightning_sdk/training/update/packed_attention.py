@@ -39,21 +39,20 @@ PACKED_ATTENTION = ("flex_attention", "sdpa", "eager")
 """The attention implementations of transformers that take the packed row's mask."""
 
 
-def choose_attention(requested: str, device: torch.device | str) -> str:
+def choose_attention(requested: str, device: torch.device | str) -> str | None:
     """The attention implementation to load the policy with: `requested`, or for `"auto"` flex attention on a
-    GPU where it compiles and runs a backward pass (`flex_attention_problem`), else SDPA."""
+    GPU where it compiles and runs a backward pass (`flex_attention_problem`), else None (transformers'
+    default: SDPA where the model supports it)."""
     if requested != "auto":
         return requested
     device = torch.device(device)
     if device.type != "cuda":
-        return "sdpa"
+        return None
     problem = flex_attention_problem(device)
     if problem is None:
         return "flex_attention"
-    logger.warning(
-        "training pass: SDPA with a dense packed mask instead of flex attention, because %s", problem
-    )
-    return "sdpa"
+    logger.warning("training pass: SDPA with a dense mask instead of flex attention, because %s", problem)
+    return None
 
 
 def flex_attention_problem(device: torch.device) -> str | None:
@@ -92,7 +91,8 @@ def packing_problem(model: torch.nn.Module) -> str | None:
             f"{', '.join(PACKED_ATTENTION)})"
         )
     layer_types = getattr(config, "layer_types", None) or []
-    if any(kind != "full_attention" for kind in layer_types):
+    if any(kind != "full_attention" for kind in layer_types) or getattr(config, "sliding_window", None):
+        # A ready mask replaces transformers' own, which is where the window would be applied.
         return "it has sliding-window or other non-full attention layers"
     decoder = getattr(causal, "base_model", None)
     if decoder is None or getattr(decoder, "rotary_emb", None) is None:
