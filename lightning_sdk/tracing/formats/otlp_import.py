@@ -31,22 +31,25 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lightning_sdk.tracing.episode import FEEDBACK_KEY, Episode, LLMCall
+from lightning_sdk.tracing.formats.otlp_events import CallEvent, event_content, events_by_span
 from lightning_sdk.tracing.formats.otlp_messages import TraceImportError, span_messages, span_tools
 from lightning_sdk.tracing.store import EpisodeStore
 
 __all__ = [
     "CALL_OPERATIONS",
     "CHAT_FINISH_REASONS",
+    "CONTENT_HINT",
     "LEGACY_CALL_TYPES",
     "TASK_FROM_KEY",
     "ImportReport",
     "TraceImportError",
+    "TracePaths",
     "import_traces",
     "read_jsonl_episodes",
     "read_otlp_traces",
@@ -54,8 +57,19 @@ __all__ = [
     "store_traces",
 ]
 
+TracePaths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+"""One file, or several (spans and log records may be exported to separate files)."""
 CALL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 """`gen_ai.operation.name` values of a model call span."""
+CONTENT_HINT = (
+    "Import needs the calls' content, on the spans or as log records beside them: OpenLLMetry records it "
+    "on spans (TRACELOOP_TRACE_CONTENT, on by default); the official opentelemetry-instrumentation-openai-v2 "
+    "with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true (default conventions) writes it as log "
+    "records, and with OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental and "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only, span_and_event or event_only on the span "
+    "or as log records. Give the logs file with the trace file (several files, or one file holding both)."
+)
+"""What an import without content says to do."""
 CHAT_FINISH_REASONS = {"tool_call": "tool_calls"}
 """The semantic conventions' finish reasons spelled as chat's where they differ (an episode's calls say
 `tool_calls`, whatever wrote the trace)."""
@@ -109,19 +123,30 @@ class _Span:
         return f"span {self.span_id} ({self.name!r}) of trace {self.trace_id}"
 
 
-def read_otlp_traces(path: str | os.PathLike[str], *, skip_invalid: bool = False) -> ImportReport:
-    """Read an OTLP JSON trace file (one `{"resourceSpans": [...]}` document, or one per line, as the
-    OpenTelemetry file exporters write) into episodes. Raises `TraceImportError` for a file in another
-    shape, and for a model call span without messages unless `skip_invalid`."""
-    spans = list(_spans_of(_documents(Path(path))))
+def read_otlp_traces(paths: TracePaths, *, skip_invalid: bool = False) -> ImportReport:
+    """Read OTLP JSON files (each one `{"resourceSpans": [...]}` or `{"resourceLogs": [...]}` document, or
+    one per line, as the OpenTelemetry file exporters write; spans and logs in one file or in several)
+    into episodes; a call's content recorded as log records is joined to its span (`otlp_events`).
+    Raises `TraceImportError` for a file in another shape, and for a model call span without messages
+    unless `skip_invalid`."""
+    documents = [document for path in _paths(paths) for document in _documents(path)]
+    spans = list(_spans_of(document for document in documents if "resourceSpans" in document))
+    events = events_by_span((document for document in documents if "resourceLogs" in document), _value)
     report = ImportReport(spans=len(spans))
     report.span_names = sorted({span.name for span in spans if not span.is_model_call})
     by_trace: dict[str, list[_Span]] = {}
     for span in spans:
         by_trace.setdefault(span.trace_id, []).append(span)
     for trace_spans in by_trace.values():
-        report.episodes += _trace_episodes(trace_spans, report, skip_invalid)
+        report.episodes += _trace_episodes(trace_spans, events, report, skip_invalid)
     return report
+
+
+def _paths(paths: TracePaths) -> list[Path]:
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise ValueError("no trace file given")
+    return [Path(item) for item in items]
 
 
 def read_jsonl_episodes(path: str | os.PathLike[str]) -> list[Episode]:
@@ -153,11 +178,12 @@ def _documents(path: Path) -> Iterator[Mapping[str, Any]]:
                 except json.JSONDecodeError as error:
                     raise TraceImportError(f"{path}, line {number}: not JSON ({error.msg}).") from None
     for document in documents:
-        if not isinstance(document, Mapping) or not isinstance(document.get("resourceSpans"), list):
+        kinds = [key for key in ("resourceSpans", "resourceLogs") if isinstance(document, Mapping)]
+        if not any(isinstance(document.get(key), list) for key in kinds):
             raise TraceImportError(
-                f"{path} is not an OTLP JSON trace export: each document must be an object with a "
-                '"resourceSpans" list (as the OpenTelemetry OTLP/file exporters write). For our own '
-                "episode exports use the JSONL import."
+                f"{path} is not an OTLP JSON export: each document must be an object with a "
+                '"resourceSpans" (traces) or "resourceLogs" (log records) list, as the OpenTelemetry '
+                "OTLP/file exporters write. For our own episode exports use the JSONL import."
             )
         yield document
 
@@ -210,7 +236,12 @@ def _value(value: Any) -> Any:
 
 
 # --- spans to episodes --------------------------------------------------------------------------------
-def _trace_episodes(spans: list[_Span], report: ImportReport, skip_invalid: bool) -> list[Episode]:
+def _trace_episodes(
+    spans: list[_Span],
+    events: Mapping[tuple[str, str], list[CallEvent]],
+    report: ImportReport,
+    skip_invalid: bool,
+) -> list[Episode]:
     by_id = {span.span_id: span for span in spans}
     episodes: dict[str, Episode] = {}
     for span in sorted(spans, key=lambda span: span.start_s):
@@ -227,7 +258,7 @@ def _trace_episodes(spans: list[_Span], report: ImportReport, skip_invalid: bool
         if not span.is_model_call:
             continue
         try:
-            call = _call(span)
+            call = _call(span, events.get((span.trace_id, span.span_id), []))
         except TraceImportError as problem:
             if not skip_invalid:
                 raise
@@ -276,17 +307,18 @@ def _trace_episode(spans: list[_Span]) -> Episode:
     return episode
 
 
-def _call(span: _Span) -> LLMCall:
-    attributes = span.attributes
-    messages, output = span_messages(span.attributes, span.where())
+def _call(span: _Span, events: list[CallEvent]) -> LLMCall:
+    extra, from_events = event_content(events, span.where())
+    attributes = {**span.attributes, **extra}
+    if from_events is not None and "gen_ai.input.messages" not in attributes:
+        messages, output = from_events
+    else:
+        messages, output = span_messages(attributes, span.where())
     if not messages:
+        raise TraceImportError(f"{span.where()} is a model call without messages. {CONTENT_HINT}")
+    if not any(message.get("content") or message.get("tool_calls") for message in messages):
         raise TraceImportError(
-            f"{span.where()} is a model call without messages on the span. Record content on spans: "
-            "OpenLLMetry does (gen_ai.prompt.<i>.* or gen_ai.input.messages); the official "
-            "opentelemetry-instrumentation-openai-v2 does in its latest-conventions span mode "
-            "(OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental and "
-            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only or span_and_event). Its default "
-            "mode, and event_only, write content as log records, which cannot be imported yet."
+            f"{span.where()}: its messages were recorded without their content. {CONTENT_HINT}"
         )
     reply = output[0] if output else None
     tools = span_tools(attributes, span.where())
@@ -327,7 +359,7 @@ def _call(span: _Span) -> LLMCall:
 
 
 def import_traces(
-    path: str | os.PathLike[str],
+    path: TracePaths,
     store: EpisodeStore,
     *,
     format: str = "auto",
@@ -338,7 +370,8 @@ def import_traces(
     `store_traces`).
 
     Args:
-        path: an OTLP JSON trace file, or a JSONL file of episodes (`EpisodeStore.export_jsonl`).
+        path: an OTLP JSON trace file, or several (the spans and the log records that hold the calls'
+            content may be exported apart), or a JSONL file of episodes (`EpisodeStore.export_jsonl`).
         store: where the episodes go. An episode already there (by id: importing a growing file again,
             nightly) is replaced by what the file says, but keeps what was attached to it since: its
             feedback and rewards, and a task set by hand.
@@ -355,7 +388,7 @@ def import_traces(
 
 
 def read_traces(
-    path: str | os.PathLike[str],
+    path: TracePaths,
     *,
     format: str = "auto",
     skip_invalid: bool = False,
@@ -365,15 +398,16 @@ def read_traces(
     is refused leaves nothing behind, not even a new store file (the command reads before it opens one)."""
     if format not in ("auto", "otlp", "jsonl"):
         raise ValueError(f"format={format!r} must be 'auto', 'otlp' or 'jsonl'.")
-    if format == "jsonl" or (format == "auto" and _looks_like_episodes(Path(path))):
-        episodes = read_jsonl_episodes(path)
+    paths = _paths(path)
+    if format == "jsonl" or (format == "auto" and all(_looks_like_episodes(item) for item in paths)):
+        episodes = [episode for item in paths for episode in read_jsonl_episodes(item)]
         report = ImportReport(episodes, sum(len(episode.all_calls()) for episode in episodes))
         report.spans = -1  # not a trace file
     else:
-        report = read_otlp_traces(path, skip_invalid=skip_invalid)
+        report = read_otlp_traces(paths, skip_invalid=skip_invalid)
     nothing = not report.episodes if report.spans < 0 else report.calls == 0
     if nothing and not allow_empty:
-        raise TraceImportError(_nothing_found(path, report))
+        raise TraceImportError(_nothing_found(", ".join(str(item) for item in paths), report))
     return report
 
 
@@ -387,7 +421,7 @@ def store_traces(report: ImportReport, store: EpisodeStore) -> None:
     store.add_many(report.episodes)
 
 
-def _nothing_found(path: str | os.PathLike[str], report: ImportReport) -> str:
+def _nothing_found(path: str, report: ImportReport) -> str:
     """Why a file gave no model call, and what to do (see `import_traces`'s `allow_empty`)."""
     empty = " Pass allow_empty=True (--allow-empty) where an empty file is expected."
     if report.spans < 0:
