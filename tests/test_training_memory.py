@@ -69,6 +69,16 @@ def test_a_step_that_does_not_fit_says_what_to_change() -> None:
     )
 
 
+def test_a_dense_packed_mask_is_counted_where_flex_attention_is_not_used() -> None:
+    # T^2 booleans for the pass and each layer's bf16 conversion: 3 x 16384^2 bytes = 0.75 GiB.
+    flex = estimate_run_memory(ls.TrainerConfig(), QWEN_1_5B, on_gpu=True)
+    dense = estimate_run_memory(ls.TrainerConfig(attention="sdpa"), QWEN_1_5B, on_gpu=True)
+    assert dense.activations - flex.activations == 16384**2
+    assert dense.recompute - flex.recompute == 2 * 16384**2
+    cpu = estimate_run_memory(ls.TrainerConfig(attention="sdpa"), QWEN_1_5B, on_gpu=False)
+    assert cpu.activations == estimate_run_memory(ls.TrainerConfig(), QWEN_1_5B, on_gpu=False).activations
+
+
 def test_a_config_without_the_sizes_is_refused_with_the_missing_one() -> None:
     with pytest.raises(ValueError, match="'intermediate_size'"):
         ModelShape.from_config({key: value for key, value in QWEN_1_5B.items() if key != "intermediate_size"})

@@ -86,6 +86,14 @@ def test_packed_equals_padded_in_values_entropies_and_gradients(attention, chunk
     assert_same(results["padded"], results["packed"])
 
 
+def test_one_sequence_runs_without_a_mask_and_equals_padded():
+    results = {}
+    for layout in ("padded", "packed"):
+        model, _ = tiny_lora_model()
+        results[layout] = run(model, collate(mixed_samples()[4:5]), layout)  # the multi-turn sample alone
+    assert_same(results["padded"], results["packed"])
+
+
 def test_packed_equals_padded_under_gradient_checkpointing():
     results = {}
     for layout in ("padded", "packed"):

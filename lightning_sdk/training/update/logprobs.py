@@ -145,7 +145,11 @@ def _packed_logprobs(
         empty = batch.completion_ids.new_zeros(batch.completion_ids.shape, dtype=torch.float32)
         return empty, empty.clone() if with_entropy else None
     implementation = attention_implementation(model) or "sdpa"
-    mask = packed_attention_mask(row, implementation, next(model.parameters()).dtype)
+    # One sequence is plain causal attention: no mask, so SDPA may take its causal (flash) kernels.
+    one_sequence = batch.num_sequences == 1
+    mask = (
+        None if one_sequence else packed_attention_mask(row, implementation, next(model.parameters()).dtype)
+    )
     temperatures = batch.temperatures[row.rows]
     parts = _decoder_and_head(model)
     if parts is None or chunk_tokens is None:

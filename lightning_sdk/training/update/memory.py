@@ -203,6 +203,7 @@ def estimate_step_memory(
     gradient_checkpointing: bool = True,
     chunk_tokens: int | None = 512,
     on_gpu: bool = False,
+    dense_mask: bool = False,
 ) -> StepMemory:
     """The memory of a training step whose largest micro-batch has `tokens` padded tokens.
 
@@ -217,6 +218,8 @@ def estimate_step_memory(
         gradient_checkpointing: whether layers are recomputed in the backward pass.
         chunk_tokens: tokens projected to the vocabulary at once (`None`: all of them).
         on_gpu: count what a layer's backward holds on a GPU beyond the activations (module docstring).
+        dense_mask: the packed pass runs with a dense `[T, T]` mask (SDPA or eager attention, not flex):
+            its booleans for the whole pass, and each layer's conversion to an additive bf16 mask.
     """
     if tokens < 1:
         raise ValueError(f"tokens={tokens!r} must be at least 1.")
@@ -228,6 +231,9 @@ def estimate_step_memory(
         activations, recompute = tokens * shape.num_layers * per_layer, 0
     if on_gpu:
         recompute += tokens * shape.gpu_backward_bytes(act)
+    if dense_mask:
+        activations += tokens * tokens
+        recompute += 2 * tokens * tokens
     completion = tokens if completion_tokens is None else min(completion_tokens, tokens)
     projected = completion if chunk_tokens is None else min(completion, chunk_tokens)
     return StepMemory(
@@ -263,6 +269,8 @@ def estimate_run_memory(config: TrainerConfig, model_config: Any, on_gpu: bool) 
         gradient_checkpointing=on_gpu if checkpointing == "auto" else bool(checkpointing),
         chunk_tokens=config.logit_chunk_tokens,
         on_gpu=on_gpu,
+        # "auto" is flex attention on a GPU (a block mask, no dense one) unless it fails to compile there.
+        dense_mask=on_gpu and config.attention in ("sdpa", "eager"),
     )
 
 
