@@ -96,6 +96,8 @@ def run_worker(args: argparse.Namespace) -> None:
         "overrides": overrides,
         "base": summary["base_reward"],
         "trained": summary["trained_reward"],
+        "kept": summary.get("best_reward", math.nan),
+        "kept_step": summary.get("best_step"),
         "curve": summary["curve"],
         "steps": summary["steps"],
         "training_s": sum(record.get("time_step_s", 0.0) for record in history),
@@ -309,8 +311,15 @@ def write_table(command: str) -> None:
         for result in results:
             curve = ", ".join(f"{step}:{reward:.3f}" for step, reward in result["curve"])
             details = json.dumps(result.get("held_out", {}).get("trained") or {}, sort_keys=True)
+            kept = (
+                f"; adapter kept (keep_best, chosen on the held-out set): step {result['kept_step']}, "
+                f"{result['kept']:.3f}"
+                if result.get("kept_step") is not None
+                else ""
+            )
             lines.append(
-                f"  - seed {result['seed']}: {result['base']:.3f} -> {result['trained']:.3f}; curve {curve}; "
+                f"  - seed {result['seed']}: {result['base']:.3f} -> {result['trained']:.3f}{kept}; "
+                f"curve {curve}; "
                 f"{result['steps']} steps; load average at the end {result['load_average_at_end']:.1f}; "
                 f"commit {result['commit']}; CPU: {result.get('cpu', 'not recorded')}; "
                 f"held-out after: {details}"

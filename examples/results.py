@@ -27,6 +27,10 @@ def summarize_fit(result: Any, *, report: bool = True, curve_to: str | Path | No
         ],
         "run_dir": str(result.run_dir),
         "adapter": str(result.adapter_path),
+        # The adapter the run hands back (`keep_best`): chosen on the held-out set, so its score is an
+        # optimistic estimate where that set is also the test set; `trained_reward` is the last adapter's.
+        "best_step": result.best_step,
+        "best_reward": result.best_eval["reward"] if result.best_eval else math.nan,
     }
     if report:
         from lightning_sdk.training.records.report import write_report

@@ -80,7 +80,7 @@ def test_fit_trains_and_writes_the_run(engine: Any, tmp_path: Path) -> None:
     result = ls.Trainer(config=small_config(run_dir), engine=engine).fit(solver, TASKS, val_dataset=TASKS[:4])
 
     # LoRA B matrices start at zero: a non-zero norm means the optimizer moved the adapter.
-    assert lora_b_norm(result.adapter_path) > 0
+    assert result.last_adapter_path == run_dir / "adapter" and lora_b_norm(result.last_adapter_path) > 0
     assert engine.weight_version == 2  # the last step's weights were pushed into the engine
     steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
     assert [record["step"] for record in steps] == [1, 2]
@@ -130,6 +130,62 @@ def test_resume_continues_at_the_next_step(engine: Any, tmp_path: Path) -> None:
     assert [start["step"] for start in starts] == [0, 2]
 
 
+class ScriptedHeldOutReward:
+    """A held-out reward whose score is set per evaluation (every episode of one evaluation gets the same),
+    so that a test knows which step's adapter is best. Evaluations run one after another."""
+
+    def __init__(self, scores: list[float], tasks_per_evaluation: int) -> None:
+        self.scores, self.per_evaluation = scores, tasks_per_evaluation
+        self.calls, self.lock = 0, threading.Lock()
+
+    def __call__(self, task: Any, answer: str) -> float:
+        with self.lock:
+            evaluation = self.calls // self.per_evaluation
+            self.calls += 1
+        return self.scores[evaluation]
+
+
+@ls.trace_agent(name="plain")
+def plain_solver(task: dict[str, Any]) -> str:
+    return ask(task["question"])
+
+
+def test_the_best_evaluated_adapter_is_the_result_and_resume_keeps_it(engine: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    config = small_config(run_dir, eval_every=1)
+    held_out = ScriptedHeldOutReward([0.2, 0.9, 0.4], tasks_per_evaluation=2)  # steps 0, 1, 2
+    result = ls.Trainer(config=config, engine=engine).fit(
+        plain_solver,
+        TASKS,
+        val_dataset=TASKS[:2],
+        reward=lambda task, out: len(out) / 40,
+        val_reward=held_out,
+    )
+
+    assert result.best_step == 1 and result.best_eval is not None and result.best_eval["reward"] == 0.9
+    assert result.adapter_path == run_dir / "best_adapter" and result.last_adapter_path == run_dir / "adapter"
+    step_one = run_dir / "checkpoints" / "step-00000001" / "adapter"
+    assert lora_b_norm(result.adapter_path) == pytest.approx(lora_b_norm(step_one))
+    assert lora_b_norm(result.adapter_path) != pytest.approx(lora_b_norm(result.last_adapter_path))
+    evaluations = [r for r in read_metrics(run_dir) if "val_reward" in r]
+    assert [r["best_step"] for r in evaluations if "best_step" in r] == [0, 1]
+    # The training reward (length) is compared with the held-out one; the scripted one ties every pair.
+    assert all(r["val_judge_pairs"] == 0 for r in evaluations)
+
+    worse = ScriptedHeldOutReward([0.5], tasks_per_evaluation=2)  # the final evaluation of step 3
+    resumed = ls.Trainer(config=small_config(run_dir, max_steps=3, eval_every=1), engine=engine).fit(
+        plain_solver,
+        TASKS,
+        val_dataset=TASKS[:2],
+        reward=lambda task, out: len(out) / 40,
+        val_reward=worse,
+        resume=True,
+    )
+    assert resumed.best_step == 1 and resumed.adapter_path == run_dir / "best_adapter"
+    assert lora_b_norm(resumed.adapter_path) == pytest.approx(lora_b_norm(step_one))
+    assert "best validation reward" in write_report(run_dir).read_text()
+
+
 def test_time_budget_ends_the_run_after_the_step_that_uses_it_up(engine: Any, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     config = small_config(run_dir, max_steps=50, max_time_s=0.001)
@@ -137,7 +193,7 @@ def test_time_budget_ends_the_run_after_the_step_that_uses_it_up(engine: Any, tm
 
     assert [record["step"] for record in read_metrics(run_dir) if "reward_mean" in record] == [1]
     assert [path.name for path in (run_dir / "checkpoints").iterdir()] == ["step-00000001"]
-    assert result.final_eval is not None and lora_b_norm(result.adapter_path) > 0
+    assert result.final_eval is not None and lora_b_norm(result.last_adapter_path) > 0
 
 
 def test_a_full_episode_store_and_overlong_samples_do_not_stop_training(

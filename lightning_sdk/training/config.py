@@ -216,8 +216,10 @@ class TrainerConfig:
     """PPO clipping above: the ratio is clipped at `1 + epsilon_high` for positive advantages (DAPO's
     "clip higher" keeps rare good tokens from being clipped too early)."""
     kl_coef: float = 0.0
-    """Weight of the KL penalty to the base model (k3 estimator); the base log-probabilities come from
-    the same model with the adapter disabled. 0 skips the extra forward pass."""
+    """Weight of the KL penalty to the reference policy (k3 estimator): the base model (the same network
+    with the adapter disabled), or, after a warm start (`init_adapter`), a frozen copy of the adapter the
+    run started from, so that GRPO is held near what SFT taught rather than pulled back to the base model.
+    0 skips the extra forward pass."""
     importance_sampling_cap: float | None = 2.0
     """Truncated importance sampling: each token's loss is weighted by `min(p_train / p_engine, cap)`
     to correct for differences between the engine that sampled and the model that trains. `None`
@@ -231,6 +233,11 @@ class TrainerConfig:
     eval_every: int = 10
     """Evaluate on `val_dataset` every this many steps (and at the start and the end); 0 only at the
     start and the end."""
+    keep_best: bool = True
+    """With a validation set, the run's result (`FitResult.adapter_path`) is the adapter of the best held-out
+    reward among the evaluations (the starting adapter included), kept in `run_dir/best_adapter`; the last
+    one stays in `run_dir/adapter`. As Hugging Face's `load_best_model_at_end`: GRPO can lose ground, and a
+    run should not hand back a worse adapter than one it had. False: the last adapter, always."""
     success_threshold: float = 1.0
     """An evaluated episode counts as a success when its reward is at least this (full marks by default)."""
     eval_greedy: bool = True

@@ -25,6 +25,7 @@ from lightning_sdk.training.algorithm.prepare import (
     reward_stats,
     samples_from_groups,
 )
+from lightning_sdk.training.algorithm.signal import SignalWatch, signal_counts
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
 from lightning_sdk.training.evaluation import evaluate_agent
@@ -34,7 +35,16 @@ from lightning_sdk.training.group_rewards import (
     group_reward_metrics,
     one_at_a_time,
 )
+from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
 from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
+from lightning_sdk.training.run.best_adapter import (
+    BEST_ADAPTER_DIR,
+    SCORE_KEY,
+    BestAdapter,
+    is_better,
+    read_best,
+    write_best,
+)
 from lightning_sdk.training.run.session import TrainingSession
 from lightning_sdk.training.run.startup import seed_everything
 
@@ -55,7 +65,14 @@ class FitResult:
     run_dir: Path
     """Folder with checkpoints, `metrics.jsonl`, the final adapter and reports."""
     adapter_path: Path
-    """The final LoRA adapter (peft folder, safetensors)."""
+    """The run's LoRA adapter (peft folder, safetensors): with a validation set and `keep_best`, the one of
+    the best held-out reward (`run_dir/best_adapter`, maybe the starting one); else the last one."""
+    last_adapter_path: Path | None = None
+    """The adapter after the last step (`run_dir/adapter`), whichever `adapter_path` is."""
+    best_step: int | None = None
+    """The step whose adapter `adapter_path` is, when it is the best evaluated one (0: the starting one)."""
+    best_eval: dict[str, float] | None = None
+    """The validation metrics of that adapter."""
     history: list[dict[str, Any]] = field(default_factory=list)
     """One metrics record per step (and per evaluation), as written to `metrics.jsonl`."""
     initial_eval: dict[str, float] | None = None
@@ -207,6 +224,9 @@ class _Loop:
         self.val_reward = val_reward or reward
         if self.val_reward is None and group_reward is not None:
             self.val_reward = one_at_a_time(group_reward)
+        # With a true held-out reward beside a different training reward (a judge), how far they agree.
+        training_reward = reward or (one_at_a_time(group_reward) if group_reward is not None else None)
+        self.judge = training_reward if val_reward is not None and training_reward is not val_reward else None
         session.use_runners(agent)
         config = session.config
         self.config = config
@@ -221,7 +241,9 @@ class _Loop:
         if self.start_step == 0 and config.init_adapter is not None:
             session.push_weights(0)  # the engine answers with the starting adapter from the first evaluation
         self.result = FitResult(run_dir=session.run_dir, adapter_path=session.adapter_dir)
+        self.best = read_best(session.run_dir) if resume and self.start_step > 0 else None
         self.diagnostics = StepDiagnostics(session.endpoint.base_url)
+        self.signal = SignalWatch()
         if config.dynamic_sampling_rounds and session.world_size > 1:
             raise ValueError(
                 "dynamic_sampling_rounds is not supported under torchrun yet (each rank would draw a "
@@ -249,7 +271,8 @@ class _Loop:
         if last_step > self.start_step:
             session.save_checkpoint(last_step, self.cursor)
         self.result.final_eval = self.evaluate(last_step)
-        session.save_final_adapter()
+        self.result.last_adapter_path = session.save_final_adapter()
+        self.hand_back_best(last_step)
         self.result.history = session.metrics.history if session.metrics is not None else []  # rank 0 only
         return self.result
 
@@ -278,6 +301,10 @@ class _Loop:
         )
         stats = session.train(samples_from_groups(trained, config))
         stats.update(_rollout_metrics(rolled))
+        stats.update(signal_counts(rolled.groups, config.success_threshold))
+        low_signal = self.signal.warning(step, stats)
+        if low_signal is not None:
+            log.warning("Step %d: %s", step, low_signal)
         stats.update(group_reward_metrics(self.group_reward))
         stats.update(session.push_weights(step))
         stats["time_rollout_s"] = rollout_s
@@ -322,8 +349,53 @@ class _Loop:
             )
         progress.finish(metrics)
         session.keep_evaluation(step, rollouts)
-        session.log(step, {f"val_{key}": value for key, value in metrics.items()})
+        if self.judge is not None:
+            agreement = judge_agreement(rollouts, self.judge)
+            metrics = {**metrics, **session.distributed.mean_metrics(agreement, weight_key="judge_pairs")}
+            warning = near_chance(metrics)
+            if warning is not None:
+                log.warning("Step %d: %s", step, warning)
+        record = {f"val_{key}": value for key, value in metrics.items()}
+        if self.config.keep_best and is_better(metrics, self.best):
+            self.best = BestAdapter(step=step, score=float(metrics[SCORE_KEY]), metrics=dict(metrics))
+            folder = session.save_adapter_to(session.run_dir / BEST_ADAPTER_DIR)
+            if session.distributed.is_main:
+                write_best(session.run_dir, self.best)
+            record["best_step"] = step
+            log.info(
+                "Step %d: best validation reward so far, %.4f; adapter kept in %s",
+                step,
+                self.best.score,
+                folder,
+            )
+        session.log(step, record)
         return metrics
+
+    def hand_back_best(self, last_step: int) -> None:
+        """Make the best evaluated adapter the run's result (`keep_best`); say so when it is not the last."""
+        best = self.best
+        if not self.config.keep_best or best is None:
+            return
+        self.result.adapter_path = self.session.run_dir / BEST_ADAPTER_DIR
+        self.result.best_step, self.result.best_eval = best.step, best.metrics
+        if best.step == 0 and last_step > 0:
+            log.warning(
+                "No evaluation beat the starting adapter (validation reward %.4f): the run's result is the "
+                "adapter it started from, in %s; the last one is in %s.",
+                best.score,
+                self.result.adapter_path,
+                self.result.last_adapter_path,
+            )
+        elif best.step != last_step:
+            log.warning(
+                "The best validation reward, %.4f, was at step %d, not at the last step (%d): the run's "
+                "result is that step's adapter, in %s; the last one is in %s (keep_best=False returns it).",
+                best.score,
+                best.step,
+                last_step,
+                self.result.adapter_path,
+                self.result.last_adapter_path,
+            )
 
 
 @dataclass

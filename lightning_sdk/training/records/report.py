@@ -154,6 +154,14 @@ def _summary_table(history: list[dict[str, Any]]) -> str:
                 f"{_number(evals[0]['val_reward'])} → {_number(evals[-1]['val_reward'])}",
             )
         )
+        best = [record for record in evals if "best_step" in record]
+        if best:
+            rows.append(
+                (
+                    "best validation reward (the run's adapter: best_adapter/)",
+                    f"{_number(best[-1]['val_reward'])} at step {int(best[-1]['best_step'])}",
+                )
+            )
     if steps:
         averaged = moving_average(_series(history, "reward_mean"), MOVING_AVERAGE_STEPS)
         if averaged:
@@ -167,6 +175,15 @@ def _summary_table(history: list[dict[str, Any]]) -> str:
         if shares:
             mean_share = math.fsum(share for _, share in shares) / len(shares)
             rows.append(("groups with a learning signal (mean over steps)", f"{mean_share:.0%}"))
+        solved = sum(int(r.get("groups_all_solved", 0)) for r in steps)
+        alike = sum(int(r.get("groups_all_alike_unsolved", 0)) for r in steps)
+        if solved or alike:
+            rows.append(
+                (
+                    "groups without a signal: every sample solved / every sample alike, unsolved",
+                    f"{solved} / {alike}",
+                )
+            )
         seconds = [r["time_step_s"] for r in steps if "time_step_s" in r]
         if seconds:
             rows.append(("seconds per step (median)", f"{sorted(seconds)[len(seconds) // 2]:.1f}"))

@@ -124,9 +124,11 @@ class TrainingSession:
         base = load_base_model(engine.model.path, dtype, device=placement.device, attention=config.attention)
         lora_model = build_lora_model(base, config, adapters)
         if config.init_adapter is not None:
-            from lightning_sdk.training.update.lora import load_adapter_weights
+            from lightning_sdk.training.update.lora import add_reference_adapters, load_adapter_weights
 
             load_adapter_weights(lora_model, config.init_adapter)  # the same start on every rank
+            if config.kl_coef > 0:  # the KL term holds the policy near the warm start, not the base model
+                add_reference_adapters(lora_model, config.init_adapter)
         policy = distributed.wrap(lora_model)
         engine_device = str(getattr(engine, "device", "cpu"))
         write_rank_info(
@@ -341,11 +343,15 @@ class TrainingSession:
 
     def save_final_adapter(self) -> Path:
         """The final adapter in `run_dir/adapter` (rank 0)."""
+        return self.save_adapter_to(self.adapter_dir)
+
+    def save_adapter_to(self, folder: Path) -> Path:
+        """The policy's adapter (every role's, in subfolders, with roles) in `folder` (rank 0)."""
         from lightning_sdk.training.update.lora import save_adapter
 
         if self.distributed.is_main:
-            save_adapter(self.distributed.unwrap(self.policy_model), self.adapter_dir)
-        return self.adapter_dir
+            save_adapter(self.distributed.unwrap(self.policy_model), folder)
+        return folder
 
     # --- checkpoints and logs -------------------------------------------------------------------------
     def save_checkpoint(self, step: int, cursor: TaskCursor) -> None:

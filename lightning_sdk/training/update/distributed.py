@@ -156,9 +156,9 @@ class Distributed:
         dist.all_reduce(vote, op=dist.ReduceOp.MAX)
         return bool(vote.item())
 
-    def mean_metrics(self, values: dict[str, float]) -> dict[str, float]:
-        """Evaluation metrics over every rank's share, weighted by its episode count."""
-        return values if self.world_size == 1 else _average(values, "episodes", self.world_size)
+    def mean_metrics(self, values: dict[str, float], weight_key: str = "episodes") -> dict[str, float]:
+        """Evaluation metrics over every rank's share, weighted by its `weight_key` (its episode count)."""
+        return values if self.world_size == 1 else _average(values, weight_key, self.world_size)
 
     def barrier(self) -> None:
         """Wait for every rank (no-op with one rank)."""
@@ -183,7 +183,7 @@ def _average(values: dict[str, float], weight_key: str, world_size: int) -> dict
 
     gathered: list[dict[str, float] | None] = [None] * world_size
     dist.all_gather_object(gathered, values)
-    parts = [part for part in gathered if part]
+    parts = [part for part in gathered if part and part.get(weight_key, 0.0)]  # a rank with none says nothing
     total = sum(part.get(weight_key, 0.0) for part in parts)
     merged: dict[str, float] = {weight_key: total}
     for key in values:
@@ -192,7 +192,5 @@ def _average(values: dict[str, float], weight_key: str, world_size: int) -> dict
         if key.endswith("_failed"):
             merged[key] = sum(part[key] for part in parts)
         else:
-            merged[key] = (
-                sum(part[key] * part.get(weight_key, 0.0) for part in parts) / total if total else 0.0
-            )
+            merged[key] = sum(part[key] * part[weight_key] for part in parts) / total if total else math.nan
     return merged

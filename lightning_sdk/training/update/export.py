@@ -52,9 +52,11 @@ def _default_adapter(config: TrainerConfig, latest_adapter: Callable[[str], Path
         )
     from lightning_sdk.engine.adapter_folders import is_adapter_folder
 
-    final = Path(config.run_dir) / "adapter"
-    if is_adapter_folder(final):
-        return final
+    # The run's result: the best evaluated adapter where one was kept (`keep_best`), else the last one.
+    for name in ("best_adapter", "adapter"):
+        final = Path(config.run_dir) / name
+        if is_adapter_folder(final):
+            return final
     newest = latest_adapter(config.run_dir)
     if newest is None:
         raise FileNotFoundError(f"{config.run_dir} has no adapter yet; train first or pass adapter=PATH.")

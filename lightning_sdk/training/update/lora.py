@@ -35,14 +35,18 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ADAPTER_WEIGHTS_FILE",
+    "REFERENCE_PREFIX",
     "adapter_parameters",
+    "add_reference_adapters",
     "build_lora_model",
     "export_merged_model",
     "load_adapter_weights",
     "load_base_model",
     "merged_state_dict",
+    "reference_adapter",
     "resolve_dtype",
     "save_adapter",
+    "trained_adapters",
     "uses_gradient_checkpointing",
 ]
 
@@ -175,18 +179,48 @@ def merged_state_dict(model: PeftModel, dtype: torch.dtype | None = None) -> dic
     return result
 
 
+REFERENCE_PREFIX = "reference_"
+"""Adapters named so are frozen copies of where a warm-started run began (`add_reference_adapters`):
+never trained, saved, pushed or loaded from a checkpoint."""
+
+
+def trained_adapters(model: PeftModel) -> list[str]:
+    """The model's adapters that train (every one but the reference copies)."""
+    return [name for name in model.peft_config if not name.startswith(REFERENCE_PREFIX)]
+
+
+def add_reference_adapters(model: PeftModel, path: str | os.PathLike[str]) -> None:
+    """A frozen copy of each trained adapter, loaded from the saved adapter folder `path` (a warm start's
+    `init_adapter`): the reference policy of the KL term is where the run started, not the bare base
+    model. The active adapter stays the one it was."""
+    active = model.active_adapter
+    for name in trained_adapters(model):
+        reference = REFERENCE_PREFIX + name
+        model.add_adapter(reference, copy.deepcopy(model.peft_config[name]))
+        _load_one_adapter(model, Path(path) if name == "default" else Path(path) / name, reference)
+    model.set_adapter(active)  # only the active adapter's matrices require a gradient
+
+
+def reference_adapter(model: PeftModel) -> str | None:
+    """The reference copy of the active adapter, or None when the model has none (the reference policy
+    is then the base model: the adapter switched off)."""
+    name = REFERENCE_PREFIX + str(model.active_adapter)
+    return name if name in model.peft_config else None
+
+
 def save_adapter(model: PeftModel, path: str | os.PathLike[str]) -> Path:
-    """Write the adapter (`adapter_model.safetensors` + `adapter_config.json`) into the folder `path`."""
+    """Write the adapter (`adapter_model.safetensors` + `adapter_config.json`) into the folder `path`; with
+    one adapter per role, each in its subfolder. Reference copies are left out."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path), safe_serialization=True)
+    model.save_pretrained(str(path), safe_serialization=True, selected_adapters=trained_adapters(model))
     return path
 
 
 def load_adapter_weights(model: PeftModel, path: str | os.PathLike[str]) -> None:
     """Load adapter weights saved by `save_adapter` into an existing LoRA model of the same shape: one
     adapter, or, for a model with one adapter per role, each role's from its subfolder of `path`."""
-    names = list(model.peft_config)
+    names = trained_adapters(model)
     if names == ["default"]:
         _load_one_adapter(model, Path(path), "default")
         return

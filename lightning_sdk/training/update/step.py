@@ -14,6 +14,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.update.batching import Batch, collate
 from lightning_sdk.training.update.logprobs import plan_micro_batches, token_logprobs
+from lightning_sdk.training.update.lora import reference_adapter
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 
 if TYPE_CHECKING:
@@ -36,10 +37,22 @@ def _unwrapped(model: PolicyModel) -> PeftModel:
 
 
 def _reference_logprobs(model: PolicyModel, batch: Batch, chunk_tokens: int | None) -> torch.Tensor:
-    # The base model is the same network with the adapter switched off: no second copy in memory.
+    """The reference policy's log-probabilities: the warm start's frozen copy of the adapter where there is
+    one (`add_reference_adapters`), else the base model (the same network with the adapter switched off:
+    no second copy in memory)."""
     peft_model = _unwrapped(model)
-    with torch.no_grad(), peft_model.disable_adapter():
-        logprobs, _ = token_logprobs(peft_model, batch, with_entropy=False, chunk_tokens=chunk_tokens)
+    reference = reference_adapter(peft_model)
+    if reference is None:
+        with torch.no_grad(), peft_model.disable_adapter():
+            logprobs, _ = token_logprobs(peft_model, batch, with_entropy=False, chunk_tokens=chunk_tokens)
+        return logprobs
+    trained = peft_model.active_adapter
+    try:
+        peft_model.set_adapter(reference)
+        with torch.no_grad():
+            logprobs, _ = token_logprobs(peft_model, batch, with_entropy=False, chunk_tokens=chunk_tokens)
+    finally:
+        peft_model.set_adapter(trained)  # its matrices require a gradient again, the reference's do not
     return logprobs
 
 
