@@ -39,6 +39,8 @@ TEACHER_DIR = ROOT / "runs" / "learning" / "teacher"
 TEACHER_SEED = 100
 TEACHER_TASKS = 160
 """Training problems the teacher answers per seed: at its ~50% that leaves ~80 rewarded episodes."""
+WEAK_TEACHER_TASKS = 16
+"""The weaker warm start's share (`distilled_small`): about a tenth of the full arm's episodes."""
 GRPO_ALONE_TRAINING_S = {0: 284.0, 1: 342.9, 2: 322.3}
 """GRPO alone's training time per seed (the token-budget quickstart rows of benchmarks/results/learning),
 the budget the distilled arm's SFT and GRPO share."""
@@ -51,7 +53,13 @@ RUBRIC = (
 
 
 # --- distillation ------------------------------------------------------------------------------------------
-def distilled(seed: int, run_dir: Path, **options: Any) -> dict[str, Any]:
+def distilled_small(seed: int, run_dir: Path, **options: Any) -> dict[str, Any]:
+    """`distilled` with a weaker warm start: SFT on the teacher's answers to `WEAK_TEACHER_TASKS` problems
+    only (about a tenth of the rewarded episodes), so that SFT alone ends well below the full arm."""
+    return distilled(seed, run_dir, teacher_tasks=WEAK_TEACHER_TASKS, **options)
+
+
+def distilled(seed: int, run_dir: Path, teacher_tasks: int | None = None, **options: Any) -> dict[str, Any]:
     """Teacher traffic -> SFT -> GRPO for one seed; the summary of `run_quickstart` plus the phases."""
     from lightning_sdk.examples.calc_autogen.data import train_test_split
     from lightning_sdk.quickstart import QUICKSTART, run_quickstart
@@ -60,7 +68,7 @@ def distilled(seed: int, run_dir: Path, **options: Any) -> dict[str, Any]:
     train_tasks, _ = train_test_split(400, QUICKSTART["test_size"], seed=seed)
     store_path = run_dir / "teacher_traffic.sqlite"
     started = time.perf_counter()
-    recorded = record_traffic(teacher, train_tasks[:TEACHER_TASKS], store_path, seed)
+    recorded = record_traffic(teacher, train_tasks[: teacher_tasks or TEACHER_TASKS], store_path, seed)
     record_s = time.perf_counter() - started
 
     started = time.perf_counter()

@@ -43,6 +43,8 @@ EXAMPLES: dict[str, str] = {
     "rag_openai_agents": "retrieval QA (OpenAI Agents SDK), `examples/rag_openai_agents/train.py`",
     "quickstart_distilled": "the quickstart after SFT on a teacher's recorded traffic (`from_traffic.py`)",
     "quickstart_judged": "the quickstart rewarded by the bundled model as judge (`from_traffic.py`)",
+    "quickstart_distilled_small": "the quickstart after SFT on a small share of the teacher's traffic "
+    "(a weaker warm start, `from_traffic.py`)",
 }
 
 
@@ -69,10 +71,15 @@ def train_one(
         from lightning_sdk.examples.rag_openai_agents.train import train as train_rag
 
         return train_rag(data_seed=seed, seed=seed, **common)
-    if example in ("quickstart_distilled", "quickstart_judged"):
+    if example in ("quickstart_distilled", "quickstart_judged", "quickstart_distilled_small"):
         import from_traffic  # benchmarks/, beside this script
 
-        arm = from_traffic.distilled if example == "quickstart_distilled" else from_traffic.judged
+        arms = {
+            "quickstart_distilled": from_traffic.distilled,
+            "quickstart_judged": from_traffic.judged,
+            "quickstart_distilled_small": from_traffic.distilled_small,
+        }
+        arm = arms[example]
         common.pop("steps", None)
         return arm(seed, Path(common.pop("run_dir")), **common)
     raise ValueError(f"unknown example {example!r}; choose from {sorted(EXAMPLES)}")
