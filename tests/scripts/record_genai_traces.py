@@ -12,7 +12,8 @@ Producers (the test sets each one's environment, as its documentation tells a us
 - `openai-v2-latest-span` / `openai-v2-latest-event`: the same package in the latest experimental
   conventions, content on the span (`span_only`) or in one `gen_ai.client.inference.operation.details`
   log record (`event_only`);
-- `openllmetry`: Traceloop's opentelemetry-instrumentation-openai (OpenLLMetry).
+- `openllmetry`: Traceloop's opentelemetry-instrumentation-openai (OpenLLMetry): the release installed,
+  or the one first on PYTHONPATH (the test records 0.62.4 and 0.54.0, the last of the indexed form).
 
 The agent asks the local fake OpenAI server (tests/fixtures/openai_server.py) to add two numbers with a
 tool: one call answered by a tool call, one after the tool's result answered with text. Writes
