@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from lightning_sdk.tracing.formats.otlp_import import TraceImportError, import_traces, read_traces
@@ -136,12 +137,13 @@ def test_logs_recorded_without_content_say_what_to_set(tmp_path: Path, recorded:
         read_traces([folder / "spans.json", stripped])
 
 
+@pytest.mark.slow
 def test_the_walkthrough_imports_takes_late_feedback_and_warm_starts_from_it(
-    recorded: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    recorded: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], vllm_engine: Any
 ) -> None:
     # docs/production.md as written, on files the official instrumentation wrote: import the spans and
-    # the log records, attach a late reward, import again (a nightly import), then SFT on the rewarded
-    # episodes with the bundled model.
+    # the log records, attach a late reward, import again (a nightly import), SFT on the rewarded
+    # episodes with the bundled model, then a GRPO step from that adapter (on the session's engine).
     import lightning_sdk as ls
     from lightning_sdk.cli import main
 
@@ -158,3 +160,29 @@ def test_the_walkthrough_imports_takes_late_feedback_and_warm_starts_from_it(
     assert main(["sft", "--store", str(store_path), "--min-reward", "1", "--run-dir", str(run_dir)]) == 0
     said = capsys.readouterr().out
     assert "adapter:" in said and (run_dir / "adapter" / "adapter_model.safetensors").is_file()
+
+    @ls.trace_agent
+    def support(task: dict[str, Any]) -> str:
+        reply = openai.OpenAI().chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": task["question"]}], max_tokens=8
+        )
+        return reply.choices[0].message.content or ""
+
+    config = ls.TrainerConfig(
+        init_adapter=run_dir / "adapter",
+        run_dir=str(tmp_path / "grpo"),
+        group_size=2,
+        batch_size=2,
+        max_steps=1,
+        max_tokens=8,
+        eval_every=0,
+        progress_bar=False,
+    )
+    tasks = [{"question": "What is 2 + 3?"}, {"question": "What is 4 + 4?"}]
+    try:
+        result = ls.Trainer(config=config, engine=vllm_engine).fit(
+            support, tasks, val_dataset=tasks[:1], reward=lambda task, answer: len(answer) / 40
+        )
+    finally:
+        vllm_engine.load_adapter(None, version=None)  # the session's engine serves the base model again
+    assert result.adapter_path.is_dir() and result.best_step is not None
