@@ -121,6 +121,10 @@ def test_a_training_step_rewarded_by_a_judge(
     metrics = read_metrics(tmp_path / "run")
     [step] = [record for record in metrics if "reward_mean" in record]
     assert step["judge_calls"] == 2 and step["judge_failures"] == 0
+    # Held-out episodes are scored by the judge too (its agreement with val_reward), counted apart.
+    evaluations = [record for record in metrics if "val_reward" in record]
+    # One held-out episode per evaluation: a call, or a cache hit when the answer did not change.
+    assert [r["val_judge_calls"] + r["val_judge_cached"] for r in evaluations] == [1, 1]
     assert step["reward_mean"] == pytest.approx(0.5) and step["groups_skipped_no_spread"] == 0
     # Held-out episodes are scored by val_reward, not by the judge (which saw two groups, not more).
     evaluations = [record["val_reward"] for record in metrics if "val_reward" in record]

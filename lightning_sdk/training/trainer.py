@@ -352,6 +352,9 @@ class _Loop:
         if self.judge is not None:
             agreement = judge_agreement(rollouts, self.judge)
             metrics = {**metrics, **session.distributed.mean_metrics(agreement, weight_key="judge_pairs")}
+            # What scoring the held-out episodes cost the judge belongs to this evaluation, not to the
+            # next step's judge metrics.
+            metrics.update(group_reward_metrics(self.group_reward))
             warning = near_chance(metrics)
             if warning is not None:
                 log.warning("Step %d: %s", step, warning)
