@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lightning_sdk.tracing.formats.otlp_import import import_traces
+from lightning_sdk.tracing.formats.trace_files import import_traces
 from lightning_sdk.tracing.store import EpisodeStore
 
 OUTPUT = Path(__file__).parent / "results" / "import_traces.md"

@@ -275,7 +275,7 @@ def _add_import(commands: Commands) -> None:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from lightning_sdk.tracing.formats.otlp_import import read_traces, store_traces
+    from lightning_sdk.tracing.formats.trace_files import read_traces, store_traces
     from lightning_sdk.tracing.store import EpisodeStore
 
     # Read and check first: a refused file leaves no store behind.

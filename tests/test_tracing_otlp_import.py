@@ -12,12 +12,8 @@ from typing import Any
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.tracing.formats.otlp_import import (
-    TraceImportError,
-    import_traces,
-    read_jsonl_episodes,
-    read_otlp_traces,
-)
+from lightning_sdk.tracing.formats.otlp_import import TraceImportError, read_otlp_traces
+from lightning_sdk.tracing.formats.trace_files import import_traces, read_jsonl_episodes
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the dev extra installs opentelemetry-sdk")
 

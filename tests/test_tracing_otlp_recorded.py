@@ -21,7 +21,8 @@ from typing import Any
 import openai
 import pytest
 
-from lightning_sdk.tracing.formats.otlp_import import TraceImportError, import_traces, read_traces
+from lightning_sdk.tracing.formats.otlp_messages import TraceImportError
+from lightning_sdk.tracing.formats.trace_files import import_traces, read_traces
 from lightning_sdk.tracing.store import EpisodeStore
 
 ROOT = Path(__file__).resolve().parents[1]

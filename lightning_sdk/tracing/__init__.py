@@ -18,7 +18,8 @@ from lightning_sdk.tracing.context import (
 )
 from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.tracing.formats.otlp_import import TraceImportError, import_traces
+from lightning_sdk.tracing.formats.otlp_messages import TraceImportError
+from lightning_sdk.tracing.formats.trace_files import import_traces
 from lightning_sdk.tracing.rewards.feedback import Feedback, feedback
 from lightning_sdk.tracing.rewards.judge import Judge
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull, StoreVersionError, UnknownEpisode
