@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_sdk.tracing.formats.otlp_messages import TraceImportError
+from lightning_sdk.tracing.formats.otlp_messages import TraceImportError, chat_tool_call
 
 __all__ = ["DETAILS_EVENT", "MESSAGE_EVENTS", "CallEvent", "event_content", "events_by_span"]
 
@@ -150,15 +150,7 @@ def _tool_call(call: Any, where: str) -> dict[str, Any]:
     if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
         raise TraceImportError(f"{where}: a tool call record without its function: {call!r:.200}")
     function = call["function"]
-    arguments = function.get("arguments")
-    return {
-        "id": str(call.get("id", "")),
-        "type": "function",
-        "function": {
-            "name": str(function.get("name", "")),
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
-        },
-    }
+    return chat_tool_call(call.get("id"), function.get("name"), function.get("arguments"))
 
 
 def _list(holder: Any, key: str) -> list[Any]:

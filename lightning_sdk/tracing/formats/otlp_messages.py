@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["TraceImportError", "span_messages", "span_tools"]
+__all__ = ["TraceImportError", "chat_tool_call", "span_messages", "span_tools"]
 
 
 class TraceImportError(ValueError):
@@ -95,12 +95,16 @@ def _text(parts: list[Any], where: str) -> str | None:
 
 
 def _tool_call(part: Mapping[str, Any]) -> dict[str, Any]:
-    arguments = part.get("arguments")
+    return chat_tool_call(part.get("id"), part.get("name"), part.get("arguments"))
+
+
+def chat_tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A tool call in chat's format; arguments that are not text yet are written as JSON."""
     return {
-        "id": str(part.get("id", "")),
+        "id": str(call_id or ""),
         "type": "function",
         "function": {
-            "name": str(part.get("name", "")),
+            "name": str(name or ""),
             "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
         },
     }

@@ -196,15 +196,24 @@ def _chunked_flat(
     logprobs, entropies = [], []
     for start in range(0, int(predictors.shape[0]), chunk_tokens):
         piece = slice(start, start + chunk_tokens)
-        project = _GatheredProjection(head, with_entropy)
         arguments = (hidden, predictors[piece], targets[piece], temperatures[piece])
-        if torch.is_grad_enabled() and hidden.requires_grad:
-            chunk, entropy = checkpoint(project, *arguments, use_reentrant=False)
-        else:
-            chunk, entropy = project(*arguments)
+        chunk, entropy = _project_chunk(_GatheredProjection(head, with_entropy), hidden, arguments)
         logprobs.append(chunk)
         entropies.append(entropy)
     return torch.cat(logprobs), torch.cat(entropies) if with_entropy else None
+
+
+def _project_chunk(
+    project: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    hidden: torch.Tensor,
+    arguments: tuple[Any, ...],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk's projection; under autograd checkpointed, so its logits are recomputed in the backward
+    pass instead of kept until then."""
+    if torch.is_grad_enabled() and hidden.requires_grad:
+        result: tuple[torch.Tensor, torch.Tensor] = checkpoint(project, *arguments, use_reentrant=False)
+        return result
+    return project(*arguments)
 
 
 class _GatheredProjection:
@@ -251,12 +260,7 @@ def _chunked(
             batch.completion_ids[:, start : start + step],
             batch.temperatures,
         )
-        project = _ChunkProjection(head, with_entropy)
-        if torch.is_grad_enabled() and hidden.requires_grad:
-            # Recomputed in the backward pass, so this chunk's logits are not kept until then.
-            chunk, entropy = checkpoint(project, *arguments, use_reentrant=False)
-        else:
-            chunk, entropy = project(*arguments)
+        chunk, entropy = _project_chunk(_ChunkProjection(head, with_entropy), hidden, arguments)
         logprobs.append(chunk)
         entropies.append(entropy)
     entropy_all = torch.cat(entropies, dim=1) if with_entropy else None
