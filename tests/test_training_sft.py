@@ -141,3 +141,9 @@ def test_sft_makes_the_reply_likelier_and_grpo_starts_from_it(
         [before] = [episode for episode in evaluations.episodes() if episode.metadata.get("step") == 0]
     assert before.output == REPLY  # greedy, step 0: already the warm-started adapter's answer
     assert fit.initial_eval is not None and json.dumps(fit.initial_eval)
+    # A warm start trains at a fraction of `learning_rate` (the optimizer the checkpoint saved says so).
+    [checkpoint] = (tmp_path / "grpo" / "checkpoints").iterdir()
+    optimizer = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+    assert grpo.warm_start_lr_scale < 1.0
+    warm_rate = grpo.learning_rate * grpo.warm_start_lr_scale
+    assert optimizer["param_groups"][0]["initial_lr"] == pytest.approx(warm_rate)

@@ -97,6 +97,13 @@ class TrainerConfig:
     """A saved adapter folder the LoRA weights start from instead of zero: a supervised warm start
     (`Trainer.fit_sft`'s `run_dir/adapter`) or an earlier run's adapter. The engine serves it from the
     first rollout. Its LoRA shape (`lora_rank`, `lora_target_modules`) must match this config's."""
+    warm_start_lr_scale: float = 0.125
+    """Multiplies `learning_rate` when GRPO starts from a trained adapter (`init_adapter`): the quickstart's
+    4e-4 becomes 5e-5. A warm-started adapter already solves many tasks, few groups carry a signal, and
+    AdamW turns even a small gradient into a step of about the learning rate in every weight, so a rate
+    tuned for a fresh adapter can undo what SFT taught. Measured on the quickstart after SFT, 3 seeds
+    (`benchmarks/results/learning.md`, rows `warm-*`): at 4e-4 GRPO lost ground in two seeds of three,
+    at 5e-5 in none. The run logs the rate it uses; 1.0 uses `learning_rate` as is."""
     logit_chunk_tokens: int | None = 512
     """Tokens projected to the vocabulary at once in the training pass: the logits of a long completion
     never exist whole (at their peak 16 bytes per vocabulary entry: 1.2 GiB for 512 tokens of a 150k

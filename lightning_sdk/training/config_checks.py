@@ -335,6 +335,7 @@ _CHECKS: list[Check] = [
     _at_least("max_concurrency", 1, "at least one episode must run at a time"),
     _at_least("episode_timeout_s", 0.001, "episodes need time to run"),
     _at_least("learning_rate", 0, "a negative learning rate climbs the loss"),
+    _at_least("warm_start_lr_scale", 0, "a negative learning rate climbs the loss"),
     _at_least("weight_decay", 0, "negative decay grows the weights"),
     _at_least("warmup_steps", 0, "warm-up cannot be negative"),
     _at_least("save_every", 0, "0 means only the final checkpoint"),

@@ -29,6 +29,7 @@ from lightning_sdk.training.run.startup import (
     check_engine_serves_roles,
     check_roles_fit_the_job,
     runner_protocol_for,
+    say_learning_rate,
     say_step_memory,
     start_endpoint,
     start_engine,
@@ -134,7 +135,7 @@ class TrainingSession:
         write_rank_info(
             run_dir, placement.describe(), policy_device=str(base.device), engine_device=engine_device
         )
-        optimizer = build_optimizer(policy, config, adapters)
+        optimizer = build_optimizer(policy, config, adapters, learning_rate=say_learning_rate(config))
         metrics, episodes = None, None
         if distributed.is_main:
             metrics = MetricsWriter(

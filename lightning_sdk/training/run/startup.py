@@ -28,6 +28,7 @@ __all__ = [
     "check_lora_rank_fits_vllm",
     "check_roles_fit_the_job",
     "runner_protocol_for",
+    "say_learning_rate",
     "say_step_memory",
     "seed_everything",
     "start_endpoint",
@@ -35,6 +36,24 @@ __all__ = [
 ]
 
 log = logging.getLogger("lightning_sdk.training")
+
+
+def say_learning_rate(config: TrainerConfig) -> float:
+    """GRPO's peak learning rate (`grpo_learning_rate`), logged when a warm start scales it, so a user who
+    set `learning_rate` sees that the run uses less and which field to change."""
+    from lightning_sdk.training.update.optim import grpo_learning_rate
+
+    rate = grpo_learning_rate(config)
+    if rate != config.learning_rate:
+        log.info(
+            "warm start from %s: learning rate %.3g (learning_rate %.3g x warm_start_lr_scale %.3g; "
+            "warm_start_lr_scale=1.0 keeps learning_rate)",
+            config.init_adapter,
+            rate,
+            config.learning_rate,
+            config.warm_start_lr_scale,
+        )
+    return rate
 
 
 def say_step_memory(config: TrainerConfig, model_path: Path, placement: Placement) -> None:
