@@ -4,9 +4,10 @@
   kept in runs/learning/teacher) is served by `lightning-sdk serve` and answers the seed's training
   problems while `ls.configure(store=...)` records them, as production traffic would be recorded; the
   base model is then trained on the teacher's rewarded episodes (`Trainer.fit_sft`), and GRPO starts from
-  that adapter (`TrainerConfig(init_adapter=...)`) with the quickstart's settings and a time budget of
-  GRPO alone's training time minus the SFT's, so both arms train for the same time. The run's first
-  evaluation is the SFT adapter alone.
+  that adapter (`TrainerConfig(init_adapter=...)`) with the quickstart's settings (its learning rate
+  times `warm_start_lr_scale`, an eighth by default) and a time budget of GRPO alone's training time
+  minus the SFT's, so both arms train for the same time. The run's first evaluation is the SFT adapter
+  alone.
 - `quickstart_judged`: the quickstart trained with no reward function: the agent records no reward,
   and the bundled base model, served by `lightning-sdk serve`, judges each group of attempts
   (`ls.Judge`, shown the question only); held-out problems are scored with the true answer
