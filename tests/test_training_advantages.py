@@ -73,3 +73,20 @@ def test_groups_without_spread_or_with_one_episode_are_skipped_and_counted():
     assert result.skipped_groups == {"no_spread": 1, "too_few_episodes": 1}
     assert result.trained_groups == 1
     assert result.group_means == [None, None, 0.5]
+
+
+def test_a_leave_one_out_baseline_compares_each_episode_with_the_others():
+    # Episode means 0.5, 0 and 0.5 (each episode weighs 1, its calls share that weight); an untrained call
+    # (None) is left out. Baselines: (0 + 0.5) / 2, (0.5 + 0.5) / 2 and (0.5 + 0) / 2.
+    group = [[1.0, 0.0], [0.0, None], [0.5]]
+    advantages, _ = group_advantages(group, scale=False, baseline="leave_one_out")
+    assert advantages == [[0.75, -0.25], [-0.5, None], [0.25]]
+    _, std = weighted_group_stats(group)
+    scaled, _ = group_advantages(group, eps=0.0, baseline="leave_one_out")  # the whole group's std
+    assert scaled == [
+        [pytest.approx(0.75 / std), pytest.approx(-0.25 / std)],
+        [pytest.approx(-0.5 / std), None],
+        [pytest.approx(0.25 / std)],
+    ]
+    with pytest.raises(ValueError, match="baseline='median' is unknown"):
+        group_advantages(group, baseline="median")

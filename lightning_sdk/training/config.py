@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from lightning_sdk.rollouts.runners import Runners
+from lightning_sdk.serving.passthrough.routes import PASSTHROUGH_ROUTES, check_passthrough_routes
 from lightning_sdk.tracing.routing import SHARED_ROLE, Roles, RouteTarget
 from lightning_sdk.training.config_checks import config_problem
 
@@ -30,7 +31,8 @@ DEFAULT_LORA_TARGET_MODULES: tuple[str, ...] = (
 )
 """Every attention and MLP projection of Llama-style models (SmolLM2, Llama, Qwen, Mistral)."""
 
-CreditRule = Literal["equal", "last", "discounted"]
+CreditRule = Literal["equal", "last", "discounted", "step"]
+EpisodeBaseline = Literal["group_mean", "leave_one_out"]
 
 
 @dataclass
@@ -177,6 +179,12 @@ class TrainerConfig:
     names this option."""
     upstream_api_key_env: str = "OPENAI_API_KEY"
     """Environment variable that holds the upstream's key (read when the run starts, never saved)."""
+    passthrough_routes: Sequence[str] = PASSTHROUGH_ROUTES
+    """The agent's requests passed through to the upstream, as `"METHOD /v1/path"` (`*` for one segment):
+    by default the inference routes a model client calls (embeddings, moderations, images, audio, and
+    `GET /v1/models/<id>`), never what acts on the account (files, fine-tuning, batches). Add one with
+    `(*ls.PASSTHROUGH_ROUTES, "POST /v1/files")`; `()` switches pass-through off. Any other request gets a
+    404 that names this option. See docs/serving.md, "Other OpenAI routes"."""
     runners: Runners | None = None
     """Where the agent runs: `None` in this process (the default), or `Runners(...)`: in runner processes
     this trainer starts, or that you start on this or other machines (see `lightning_sdk.Runners`). A mapping
@@ -195,10 +203,25 @@ class TrainerConfig:
     credit: CreditRule | Callable[..., Sequence[float | None]] = "equal"
     """How an episode's return becomes a reward per trained LLM call: `"equal"` (every call gets the
     return, the paper's choice), `"last"` (only the final call is trained), `"discounted"` (reward to
-    go with `gamma`), or `fn(episode, calls) -> list[float | None]`. See
-    `lightning_sdk.training.algorithm.credit`."""
+    go with `gamma`), `"step"` (the episode's advantage plus each call's advantage over the calls of its
+    group that faced the same state; `lightning_sdk.training.algorithm.step_credit`), or
+    `fn(episode, calls) -> list[float | None]`. See `lightning_sdk.training.algorithm.credit`."""
     gamma: float = 1.0
-    """Discount per LLM call for `credit="discounted"`; 1 means no discount."""
+    """Discount per LLM call for `credit="discounted"` and `"step"` (its return to go); 1 means no
+    discount."""
+    state_key: Callable[[Any], Hashable] | None = None
+    """`credit="step"`: `fn(call) -> hashable` naming the state an `LLMCall` faced; calls of a task's group
+    with equal keys (and the same role and agent) are compared. `None`: the exact prompt token ids. Key
+    by what decides the situation when prompts carry noise (a timestamp, a request id), e.g. the last
+    tool result (docs/trainer.md)."""
+    step_advantage_weight: float = 1.0
+    """`credit="step"`: the weight `w` of the step advantage added to the episode advantage. 1 is the
+    smallest weight at which the closed-form test gets each decision's direction better than `"equal"`
+    (by sign and by correlation); larger weights get it better still but make every advantage larger
+    (docs/trainer.md)."""
+    episode_baseline: EpisodeBaseline = "group_mean"
+    """The episode advantage's baseline: the group mean (GRPO) or, for each episode, the mean of the others
+    (RLOO), so that a sample is never its own baseline. See `lightning_sdk.training.algorithm.advantages`."""
     train_agents: Sequence[str] | str | None = None
     """Which agents' calls are trained in a multi-agent system: a list of names, a regular expression
     matched against the whole name, or `None` for every agent. Calls to other endpoints are never trained."""
@@ -276,6 +299,7 @@ class TrainerConfig:
             self.weight_sync = "merge"
         self.lora_target_modules = _normalise_target_modules(self.lora_target_modules)
         self.report_to = tuple(self.report_to)
+        self.passthrough_routes = check_passthrough_routes(self.passthrough_routes)
         if isinstance(self.train_agents, (list, tuple, set, frozenset)):
             self.train_agents = tuple(self.train_agents)
         if isinstance(self.roles, (list, tuple)):
@@ -303,6 +327,8 @@ class TrainerConfig:
             data["credit"] = getattr(self.credit, "__qualname__", repr(self.credit))
         if callable(self.balance_by):
             data["balance_by"] = getattr(self.balance_by, "__qualname__", repr(self.balance_by))
+        if self.state_key is not None:
+            data["state_key"] = getattr(self.state_key, "__qualname__", repr(self.state_key))
         data["lora_target_modules"] = (
             self.lora_target_modules
             if isinstance(self.lora_target_modules, str)

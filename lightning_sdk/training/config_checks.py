@@ -163,6 +163,20 @@ def _check_credit(config: Any) -> str | None:
     return None
 
 
+def _check_step_credit(config: Any) -> str | None:
+    if config.state_key is not None and not callable(config.state_key):
+        return (
+            f"state_key={config.state_key!r} is not callable; pass a function fn(call) -> hashable "
+            "(e.g. the last tool result of call.messages), or None to key by the exact prompt token ids."
+        )
+    if config.state_key is not None and config.credit != "step":
+        return (
+            f"state_key is set but credit={getattr(config.credit, '__qualname__', config.credit)!r}; only "
+            'credit="step" compares calls by state. Set credit="step", or leave state_key unset.'
+        )
+    return None
+
+
 def _check_train_agents(config: Any) -> str | None:
     agents = config.train_agents
     if agents is None:
@@ -347,6 +361,9 @@ _CHECKS: list[Check] = [
     _check_sampling,
     _choice("on_error"),
     _check_credit,
+    _check_step_credit,
+    _at_least("step_advantage_weight", 0, "a negative weight pushes each call against its own step's result"),
+    _choice("episode_baseline"),
     _check_train_agents,
     _choice("mode"),
     _choice("loss_normalization"),

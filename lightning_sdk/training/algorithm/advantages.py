@@ -17,6 +17,17 @@ baseline: with returns `[1, 0, 0, 1]` where the first episode made 4 calls and t
 per-call mean is 5/7 = 0.71 rather than 0.5, so both failures would be pushed down harder (and both
 successes up less) only because one episode happened to make more calls.
 
+**Leave-one-out baseline** (`TrainerConfig(episode_baseline="leave_one_out")`, RLOO's): episode `i`'s
+calls are compared with the episode-weighted mean of the *other* episodes' calls, `mean_g(-i)`, so a
+sample is never its own baseline:
+
+    A_ik = (reward_ik - mean_g(-i)) / (std_g + eps)
+
+With `"equal"` credit this is `N / (N - 1)` times the group-mean advantage (returns `[1, 0, 0, 0]`: the
+success gets `1 - 0 = 1` instead of `1 - 0.25 = 0.75`, each failure `0 - 1/3` instead of `-0.25`): the same
+direction, a larger push on small groups, and a baseline free of the sample it judges. The scale
+`std_g` is the whole group's in both cases.
+
 Groups are skipped (no advantages, so no samples) when fewer than two episodes have credited calls,
 or when every credited reward in the group is the same: then every advantage would be zero and the
 step would spend compute on a zero gradient. `AdvantageResult.skipped_groups` counts them by reason.
@@ -27,8 +38,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import get_args
 
-__all__ = ["AdvantageResult", "compute_advantages", "group_advantages", "weighted_group_stats"]
+from lightning_sdk.training.config import EpisodeBaseline
+
+__all__ = [
+    "BASELINES",
+    "AdvantageResult",
+    "compute_advantages",
+    "group_advantages",
+    "weighted_group_stats",
+]
+
+BASELINES: tuple[str, ...] = get_args(EpisodeBaseline)
+"""The episode advantage's baselines (`TrainerConfig.episode_baseline`; see the module docstring)."""
 
 EpisodeRewards = Sequence[float | None]
 """Per-call rewards of one episode, in call order; `None` marks an untrained call."""
@@ -70,8 +93,12 @@ def group_advantages(
     group: Sequence[EpisodeRewards],
     scale: bool = True,
     eps: float = 1e-4,
+    baseline: str = "group_mean",
 ) -> tuple[list[list[float | None]] | None, str | None]:
-    """Advantages of one group, or `(None, reason)` when the group is skipped (see the module docstring)."""
+    """Advantages of one group, or `(None, reason)` when the group is skipped (see the module docstring).
+    `baseline`: `"group_mean"` or `"leave_one_out"`."""
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline={baseline!r} is unknown; use one of {BASELINES}.")
     credited = [[reward for reward in rewards if reward is not None] for rewards in group]
     if sum(1 for rewards in credited if rewards) < 2:
         return None, "too_few_episodes"
@@ -80,16 +107,28 @@ def group_advantages(
         return None, "no_spread"
     mean, std = weighted_group_stats(group)
     denominator = std + eps if scale else 1.0
+    baselines = _leave_one_out_means(credited) if baseline == "leave_one_out" else [mean] * len(group)
     advantages = [
-        [None if reward is None else (reward - mean) / denominator for reward in rewards] for rewards in group
+        [None if reward is None else (reward - own) / denominator for reward in rewards]
+        for rewards, own in zip(group, baselines, strict=True)
     ]
     return advantages, None
+
+
+def _leave_one_out_means(credited: list[list[float]]) -> list[float]:
+    """Per episode, the episode-weighted mean of the other episodes' credited rewards (each weighs 1)."""
+    means = [math.fsum(rewards) / len(rewards) if rewards else 0.0 for rewards in credited]
+    present = sum(1 for rewards in credited if rewards)
+    total = math.fsum(means)
+    # At least two episodes have credited calls here, so every episode has another one to compare with.
+    return [(total - own) / (present - 1) if rewards else 0.0 for own, rewards in zip(means, credited)]
 
 
 def compute_advantages(
     groups: Sequence[Sequence[EpisodeRewards]],
     scale: bool = True,
     eps: float = 1e-4,
+    baseline: str = "group_mean",
 ) -> AdvantageResult:
     """Group-relative advantages for a batch of groups (one group per task).
 
@@ -97,11 +136,12 @@ def compute_advantages(
         groups: per task, per episode, the per-call rewards from `assign_credit`.
         scale: divide by the group's standard deviation (GRPO); `False` only centres (Dr. GRPO).
         eps: added to the standard deviation before dividing.
+        baseline: `"group_mean"` (GRPO) or `"leave_one_out"` (RLOO; see the module docstring).
     """
     result = AdvantageResult(advantages=[])
     skipped: dict[str, int] = {}
     for group in groups:
-        advantages, reason = group_advantages(group, scale=scale, eps=eps)
+        advantages, reason = group_advantages(group, scale=scale, eps=eps, baseline=baseline)
         result.advantages.append(advantages)
         if reason is not None:
             skipped[reason] = skipped.get(reason, 0) + 1

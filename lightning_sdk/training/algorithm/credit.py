@@ -11,6 +11,9 @@ and a return `R` recorded at the end (`Episode.reward`). The rules:
   ignored under this rule; use `"discounted"` to credit them.
 - `"discounted"`: the reward to go, `G_k = r_k + gamma * r_{k+1} + ... + gamma^(n-k) * (r_n + R)`, as if
   the return arrived right after the final call. With `gamma = 1` and no step rewards it equals `"equal"`.
+- `"step"`: each call's credited reward is its reward to go `G_k`, as under `"discounted"`; its advantage
+  is not `G_k` against the whole group but its episode's advantage plus its advantage over the calls that
+  faced the same state (`lightning_sdk.training.algorithm.step_credit` states the rule).
 - a callable `fn(episode, calls) -> list[float | None]`, one finite value (or `None`: not trained) per call.
 
 Which calls are trained is decided first, by `select_trainable_calls`: calls whose exact token ids
@@ -68,8 +71,8 @@ def assign_credit(
     Args:
         episode: the finished episode; its return is `episode.reward`.
         calls: the calls to credit, usually `select_trainable_calls(episode, ...)`.
-        rule: `"equal"`, `"last"`, `"discounted"` or a callable (see the module docstring).
-        gamma: the discount per call of `"discounted"`.
+        rule: `"equal"`, `"last"`, `"discounted"`, `"step"` or a callable (see the module docstring).
+        gamma: the discount per call of `"discounted"` and `"step"`.
     """
     calls = list(calls)
     if not calls:
@@ -82,7 +85,7 @@ def assign_credit(
         return [total + step for step in steps]
     if rule == "last":
         return [None] * (len(calls) - 1) + [total + steps[-1]]
-    if rule == "discounted":
+    if rule in ("discounted", "step"):
         return list[float | None](_reward_to_go(steps, total, gamma))
     raise ValueError(f"Unknown credit rule {rule!r}; use one of {get_args(CreditRule)} or a callable.")
 

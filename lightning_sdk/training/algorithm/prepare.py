@@ -24,6 +24,7 @@ from lightning_sdk.training.algorithm.credit import (
     select_trainable_calls,
 )
 from lightning_sdk.training.algorithm.samples import Sample, build_samples
+from lightning_sdk.training.algorithm.step_credit import StepCredit, step_credit
 
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
@@ -36,9 +37,11 @@ __all__ = [
     "group_has_signal",
     "prepare_group",
     "prepare_samples",
+    "record_call_credit",
     "reward_stats",
     "role_metrics",
     "samples_from_groups",
+    "step_credit_metrics",
 ]
 
 SKIP_REASONS = ("no_spread", "too_few_episodes")
@@ -83,6 +86,8 @@ class PreparedGroup:
     """Per kept episode, the advantage of each trained call; None when the group is skipped."""
     skipped: str | None
     """Why the group gives no samples (one of `SKIP_REASONS`), or None."""
+    step: StepCredit | None = None
+    """Under `credit="step"`: the episode and step parts of each advantage and the step groups."""
 
     @property
     def has_signal(self) -> bool:
@@ -150,12 +155,53 @@ def prepare_group(
         select_trainable_calls(episode, config.train_agents, endpoint_base_url, model, adapters)
         for episode in kept
     ]
-    rewards = [
-        assign_credit(episode, episode_calls, config.credit, config.gamma)
-        for episode, episode_calls in zip(kept, calls, strict=True)
-    ]
-    advantages, skipped = group_advantages(rewards, scale=config.scale_advantages, eps=config.advantage_eps)
-    return PreparedGroup(list(group), kept, counts, untrained, calls, rewards, advantages, skipped)
+    if config.credit == "step":
+        step = step_credit(
+            kept,
+            calls,
+            gamma=config.gamma,
+            weight=config.step_advantage_weight,
+            state_key=config.state_key,
+            scale=config.scale_advantages,
+            eps=config.advantage_eps,
+            baseline=config.episode_baseline,
+        )
+        prepared = PreparedGroup(
+            list(group), kept, counts, untrained, calls, step.rewards, step.advantages, step.skipped, step
+        )
+    else:
+        rewards = [
+            assign_credit(episode, episode_calls, config.credit, config.gamma)
+            for episode, episode_calls in zip(kept, calls, strict=True)
+        ]
+        advantages, skipped = group_advantages(
+            rewards,
+            scale=config.scale_advantages,
+            eps=config.advantage_eps,
+            baseline=config.episode_baseline,
+        )
+        prepared = PreparedGroup(list(group), kept, counts, untrained, calls, rewards, advantages, skipped)
+    record_call_credit(prepared, config.credit)
+    return prepared
+
+
+def record_call_credit(group: PreparedGroup, rule: object) -> None:
+    """Write each trained call's credit into `call.metadata["credit"]`, so the run folder's episode store
+    keeps it beside the call: `rule`, `reward` (credited), `advantage` (None: not trained, or the group
+    had no signal) and, under `credit="step"`, `episode_advantage`, `step_advantage` (before the weight)
+    and `step_group_size`."""
+    name = rule if isinstance(rule, str) else getattr(rule, "__qualname__", repr(rule))
+    step = group.step
+    for index, (calls, rewards) in enumerate(zip(group.calls, group.rewards, strict=True)):
+        advantages = group.advantages[index] if group.advantages is not None else [None] * len(calls)
+        for position, (call, reward, advantage) in enumerate(zip(calls, rewards, advantages, strict=True)):
+            record: dict[str, object] = {"rule": name, "reward": reward, "advantage": advantage}
+            if step is not None and step.episode_part is not None:
+                assert step.step_part is not None and step.group_sizes is not None
+                record["episode_advantage"] = step.episode_part[index][position]
+                record["step_advantage"] = step.step_part[index][position]
+                record["step_group_size"] = step.group_sizes[index][position]
+            call.metadata["credit"] = record
 
 
 def group_has_signal(
@@ -182,6 +228,8 @@ def samples_from_groups(groups: Sequence[PreparedGroup], config: TrainerConfig) 
     roles = config.role_adapters()
     if roles is not None:
         metrics.update(role_metrics(groups, roles.adapters))
+    if config.credit == "step":
+        metrics.update(step_credit_metrics(groups, config.step_advantage_weight))
     samples = [sample for group in groups for sample in _group_samples(group, config)]
     samples, metrics["samples_dropped_too_long"] = _within_cap(samples, config.max_sample_tokens)
     metrics["samples"] = len(samples)
@@ -230,6 +278,28 @@ def role_metrics(groups: Sequence[PreparedGroup], adapters: Sequence[str]) -> di
         metrics[f"calls/{adapter}"] = len(values)
         metrics[f"reward/{adapter}"] = math.fsum(values) / len(values) if values else math.nan
     return metrics
+
+
+def step_credit_metrics(groups: Sequence[PreparedGroup], weight: float) -> dict[str, float]:
+    """Under `credit="step"`, over the trained calls of the groups with a signal: `step_group_share` (the
+    share whose step group has 2 or more members, the root group of first calls aside; near 0, the rule
+    adds nothing to the episode comparison), `advantage_episode_abs_mean` (mean |E|) and
+    `advantage_step_abs_mean` (mean |w * S|, the step part as it enters the loss). NaN without calls."""
+    shared: list[bool] = []
+    episode: list[float] = []
+    step: list[float] = []
+    for group in groups:
+        part = group.step
+        if part is None or part.shared is None or part.episode_part is None or part.step_part is None:
+            continue
+        shared += [flag for row in part.shared for flag in row]
+        episode += [abs(value) for row in part.episode_part for value in row]
+        step += [abs(weight * value) for row in part.step_part for value in row]
+    return {
+        "step_group_share": sum(shared) / len(shared) if shared else math.nan,
+        "advantage_episode_abs_mean": math.fsum(episode) / len(episode) if episode else math.nan,
+        "advantage_step_abs_mean": math.fsum(step) / len(step) if step else math.nan,
+    }
 
 
 def reward_stats(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:

@@ -1,0 +1,233 @@
+"""credit="step": step groups, returns to go and advantages on small groups computed by hand."""
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.tracing.store import EpisodeStore
+from lightning_sdk.training.algorithm.advantages import group_advantages
+from lightning_sdk.training.algorithm.prepare import prepare_group, samples_from_groups
+from lightning_sdk.training.algorithm.step_credit import (
+    episode_total,
+    prompt_state,
+    step_credit,
+    step_groups,
+)
+from lightning_sdk.training.config import TrainerConfig
+
+ENDPOINT = "http://127.0.0.1:9000/v1"
+P0, P1, P2, P3 = [1, 2], [1, 2, 7, 3], [1, 2, 8, 3], [1, 2, 7, 3, 9, 4]
+
+
+def call(t: float, prompt: list[int], reward: float | None = None, **fields: Any) -> LLMCall:
+    made = LLMCall(
+        started_at=t,
+        base_url=fields.pop("base_url", ENDPOINT),
+        prompt_token_ids=list(prompt),
+        completion_token_ids=[5, 6],
+        logprobs=[-1.0, -1.0],
+        **fields,
+    )
+    if reward is not None:
+        made.add_reward(reward)
+    return made
+
+
+def episode(reward: float, calls: list[LLMCall], name: str = "agent") -> Episode:
+    return Episode(name=name, calls=calls, rewards={"score": reward})
+
+
+def flat(rows: Any) -> list[Any]:
+    return [value for row in rows for value in row]
+
+
+def test_step_groups_of_three_two_and_one_by_hand() -> None:
+    # A and B share their second state (P1), C's second state (P2) is its own; every first call is P0.
+    group = [
+        episode(1.0, [call(1, P0), call(2, P1)]),  # A
+        episode(0.0, [call(1, P0), call(2, P1)]),  # B
+        episode(1.0, [call(1, P0), call(2, P2)]),  # C
+    ]
+    calls = [list(e.calls) for e in group]
+    assert step_groups(group, calls) == [[0, 1], [0, 1], [0, 2]]
+    result = step_credit(group, calls, scale=False)
+    # Totals 1, 0, 1: mean 2/3, so the episode parts are 1/3, -2/3, 1/3 (no std scaling here).
+    assert flat(result.episode_part) == pytest.approx([1 / 3, 1 / 3, -2 / 3, -2 / 3, 1 / 3, 1 / 3])
+    # Root group {A1, B1, C1}: return minus the mean of the two others: 1 - 1/2, 0 - 1, 1 - 1/2.
+    # {A2, B2}: 1 - 0 and 0 - 1. C2 alone: 0.
+    assert result.step_part == [[0.5, 1.0], [-1.0, -1.0], [0.5, 0.0]]
+    assert flat(result.advantages) == pytest.approx([5 / 6, 4 / 3, -5 / 3, -5 / 3, 5 / 6, 1 / 3])
+    assert result.group_sizes == [[3, 2], [3, 2], [3, 1]]
+    # The root group is the episode group again: not counted as shared. Only {A2, B2} is.
+    assert result.shared == [[False, True], [False, True], [False, False]]
+
+    half = step_credit(group, calls, scale=False, weight=0.5)
+    assert flat(half.advantages) == pytest.approx([7 / 12, 5 / 6, -7 / 6, -7 / 6, 7 / 12, 1 / 3])
+
+
+def test_step_rewards_are_compared_inside_step_groups_with_the_discount() -> None:
+    group = [
+        episode(1.0, [call(1, P0, reward=0.5), call(2, P1)]),  # A: T = 1.5, G = [0.5 + 0.5 * 1, 1]
+        episode(0.0, [call(1, P0), call(2, P1, reward=0.2)]),  # B: T = 0.2, G = [0.5 * 0.2, 0.2]
+        episode(0.0, [call(1, P0), call(2, P1), call(3, P3)]),  # C: T = 0, G = [0, 0, 0]
+    ]
+    calls = [list(e.calls) for e in group]
+    assert [episode_total(e, c) for e, c in zip(group, calls)] == [1.5, 0.2, 0.0]
+    result = step_credit(group, calls, gamma=0.5, scale=False)
+    assert flat(result.rewards) == pytest.approx([1.0, 1.0, 0.1, 0.2, 0.0, 0.0, 0.0])
+    mean_total = 1.7 / 3
+    assert flat(result.episode_part) == pytest.approx(
+        [1.5 - mean_total] * 2 + [0.2 - mean_total] * 2 + [-mean_total] * 3
+    )
+    # P0 (root): 1 - (0.1 + 0) / 2, 0.1 - (1 + 0) / 2, 0 - (1 + 0.1) / 2; P1: 1 - 0.1, 0.2 - 0.5, 0 - 0.6.
+    assert flat(result.step_part) == pytest.approx([0.95, 0.9, -0.4, -0.3, -0.55, -0.6, 0.0])
+    assert result.shared == [[False, True], [False, True], [False, True, False]]
+
+
+def test_without_step_rewards_the_episode_part_is_todays_equal_advantage() -> None:
+    group = [
+        episode(1.0, [call(1, P0), call(2, P1), call(3, P3)]),
+        episode(0.0, [call(1, P0)]),
+        episode(0.0, [call(1, P0), call(2, P2)]),
+        episode(1.0, [call(1, P0), call(2, P1)]),
+    ]
+    calls = [list(e.calls) for e in group]
+    equal, _ = group_advantages([[e.reward] * len(c) for e, c in zip(group, calls)])
+    result = step_credit(group, calls)
+    assert equal is not None and flat(result.episode_part) == pytest.approx(flat(equal))
+    # Scaled runs divide the step part by the same group std (+ eps): the totals' std is 0.5.
+    assert result.step_part is not None
+    assert result.step_part[0][1] == pytest.approx((1 - 1) / (0.5 + 1e-4))  # P1: A and D both succeeded
+    assert result.step_part[0][0] == pytest.approx((1 - 1 / 3) / (0.5 + 1e-4))  # root: 1 - mean(0, 0, 1)
+
+
+def test_leave_one_out_episode_baseline() -> None:
+    group = [episode(1.0, [call(1, P0)]), episode(0.0, [call(1, P0)]), episode(0.0, [call(1, P0)])]
+    calls = [list(e.calls) for e in group]
+    result = step_credit(group, calls, scale=False, baseline="leave_one_out", weight=0.0)
+    assert flat(result.episode_part) == pytest.approx([1.0, -0.5, -0.5])  # 1 - 0, 0 - (1 + 0) / 2
+    with pytest.raises(ValueError, match="baseline='median' is unknown"):
+        step_credit(group, calls, baseline="median")
+
+
+def test_step_groups_never_mix_roles_or_agents() -> None:
+    group = [
+        episode(1.0, [call(1, P0, adapter="writer"), call(2, P1, adapter="checker")]),
+        episode(0.0, [call(1, P0, adapter="writer"), call(2, P1, adapter="writer")]),
+        episode(0.0, [call(1, P0, adapter="writer", agent_name="judge")]),
+    ]
+    calls = [list(e.calls) for e in group]
+    # Same prompt ids, but P1 was answered by two roles, and the judge is another agent: four groups.
+    assert step_groups(group, calls) == [[0, 1], [0, 2], [3]]
+    keyed_alike = step_groups(group, calls, state_key=lambda c: "same")
+    assert keyed_alike == [[0, 1], [0, 0], [2]]  # a custom key never merges across roles or agents
+
+
+def test_prepare_group_leaves_untrained_calls_out_and_records_each_calls_credit(tmp_path: Any) -> None:
+    config = TrainerConfig(credit="step", scale_advantages=False)
+    other = "https://api.openai.com/v1"
+    group = [
+        episode(1.0, [call(1, P0), call(2, P1, base_url=other)]),  # its P1 call is not trained
+        episode(0.0, [call(1, P0), call(2, P1)]),
+    ]
+    prepared = prepare_group(group, config, endpoint_base_url=ENDPOINT)
+    assert [len(calls) for calls in prepared.calls] == [1, 2]
+    assert prepared.step is not None and prepared.step.group_sizes == [[2], [2, 1]]
+    # Root: 1 - 0 and 0 - 1 on top of +-0.5; the lone P1 call keeps its episode part.
+    assert flat(prepared.advantages) == pytest.approx([1.5, -1.5, -0.5])
+    credit = group[1].calls[0].metadata["credit"]
+    assert credit == {
+        "rule": "step",
+        "reward": 0.0,
+        "advantage": pytest.approx(-1.5),
+        "episode_advantage": pytest.approx(-0.5),
+        "step_advantage": pytest.approx(-1.0),
+        "step_group_size": 2,
+    }
+    assert "credit" not in group[0].calls[1].metadata  # untrained: nothing recorded
+    with EpisodeStore(tmp_path / "episodes.sqlite") as store:  # the run folder's store keeps it per call
+        store.add_many(group)
+        stored = {c.id: c.metadata.get("credit") for e in store.episodes() for c in e.all_calls()}
+    assert stored[group[1].calls[0].id]["step_advantage"] == pytest.approx(-1.0)
+
+    batch = samples_from_groups([prepared], config)
+    assert [sample.advantages[0] for sample in batch.samples] == pytest.approx([1.5, -1.5, -0.5])
+    metrics = batch.metrics
+    assert metrics["step_group_share"] == 0.0  # only the root group: nothing shared beyond the start
+    assert metrics["advantage_episode_abs_mean"] == pytest.approx(0.5)
+    assert metrics["advantage_step_abs_mean"] == pytest.approx(2 / 3)
+
+
+def test_other_rules_record_their_credit_and_report_no_step_metrics() -> None:
+    config = TrainerConfig(credit="equal", scale_advantages=False, episode_baseline="leave_one_out")
+    group = [episode(1.0, [call(1, P0)]), episode(0.0, [call(1, P0)]), episode(0.0, [call(1, P0)])]
+    prepared = prepare_group(group, config, endpoint_base_url=ENDPOINT)
+    assert flat(prepared.advantages) == pytest.approx([1.0, -0.5, -0.5])
+    assert group[0].calls[0].metadata["credit"] == {"rule": "equal", "reward": 1.0, "advantage": 1.0}
+    assert "step_group_share" not in samples_from_groups([prepared], config).metrics
+
+
+def test_a_group_with_equal_totals_is_skipped_and_records_no_advantage() -> None:
+    config = TrainerConfig(credit="step")
+    group = [episode(1.0, [call(1, P0), call(2, P1)]), episode(1.0, [call(1, P0), call(2, P2)])]
+    prepared = prepare_group(group, config, endpoint_base_url=ENDPOINT)
+    assert prepared.skipped == "no_spread" and prepared.advantages is None
+    assert group[0].calls[1].metadata["credit"] == {"rule": "step", "reward": 1.0, "advantage": None}
+    metrics = samples_from_groups([prepared], config).metrics
+    assert math.isnan(metrics["step_group_share"]) and metrics["samples"] == 0
+
+
+def last_tool_result(c: LLMCall) -> str:
+    """Key a call by the newest tool result it read (or the first user turn before any tool ran)."""
+    messages = c.messages or []
+    tools = [m["content"] for m in messages if m["role"] == "tool"]
+    return tools[-1] if tools else messages[0]["content"]
+
+
+def test_a_state_key_by_the_last_tool_result_groups_calls_whose_prompts_differ() -> None:
+    def turn(t: float, ids: list[int], tool: str | None) -> LLMCall:
+        stamp = [{"role": "system", "content": f"now: 12:0{int(t)}"}]  # noise that makes every prompt differ
+        rest = [{"role": "tool", "content": tool}] if tool is not None else []
+        return call(t, ids, messages=[{"role": "user", "content": "q"}, *rest, *stamp])
+
+    group = [
+        episode(1.0, [turn(1, [1, 1], None), turn(2, [1, 2], "rows: 3")]),
+        episode(0.0, [turn(1, [2, 1], None), turn(2, [2, 2], "rows: 3")]),
+        episode(0.0, [turn(1, [3, 1], None), turn(2, [3, 2], "error: no such table")]),
+    ]
+    calls = [list(e.calls) for e in group]
+    assert step_groups(group, calls) == [[0, 1], [2, 3], [4, 5]]  # the exact ids: nothing is shared
+    assert step_groups(group, calls, state_key=last_tool_result) == [[0, 1], [0, 1], [0, 2]]
+    config = TrainerConfig(credit="step", state_key=last_tool_result)
+    assert config.to_dict()["state_key"] == "last_tool_result"  # run.json names the function
+    prepared = prepare_group(group, config, endpoint_base_url=ENDPOINT)
+    assert prepared.step is not None and prepared.step.shared == [
+        [False, True],
+        [False, True],
+        [False, False],
+    ]
+
+
+def test_bad_state_keys_and_calls_without_ids_are_refused_clearly() -> None:
+    group = [episode(1.0, [call(1, P0)]), episode(0.0, [call(1, P0)])]
+    calls = [list(e.calls) for e in group]
+    with pytest.raises(TypeError, match=r"state_key .* returned list .* not hashable"):
+        step_groups(group, calls, state_key=lambda c: list(c.prompt_token_ids or []))
+    with pytest.raises(ValueError, match=r"no prompt token ids.*retokenize\.call_token_ids"):
+        prompt_state(LLMCall(messages=[{"role": "user", "content": "q"}], text="a"))
+    with pytest.raises(ValueError, match="state_key is set but credit='equal'"):
+        TrainerConfig(state_key=last_tool_result)
+    with pytest.raises(ValueError, match="step_advantage_weight=-1 is too small"):
+        TrainerConfig(credit="step", step_advantage_weight=-1)
+
+
+def test_the_key_survives_a_runner_upload() -> None:
+    """Runners and the gateway upload `Episode.to_dict()` as JSON; the trainer rebuilds the calls from it,
+    prompt token ids included, so their states key exactly as in-process calls do."""
+    group = [episode(1.0, [call(1, P0), call(2, P1)]), episode(0.0, [call(1, P0), call(2, P1)])]
+    uploaded = [Episode.from_dict(json.loads(json.dumps(e.to_dict()))) for e in group]
+    assert step_groups(uploaded, [u.calls for u in uploaded]) == step_groups(group, [e.calls for e in group])
+    assert [prompt_state(c) for c in uploaded[0].calls] == [prompt_state(c) for c in group[0].calls]
