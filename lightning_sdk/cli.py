@@ -128,6 +128,8 @@ def _add_runner(commands: Commands) -> None:
     runner.add_argument("agent", help="The agent as module:function or path/to/agent.py:function.")
     runner.add_argument("--trainer", required=True, help="The trainer's server, e.g. http://10.0.0.5:8123.")
     runner.add_argument("--key", default=None, help="The run's key (default: $LIGHTNING_SDK_KEY).")
+    key_file_help = "A file holding the run's key (the trainer writes RUN_DIR/runner.key)."
+    runner.add_argument("--key-file", default=None, help=key_file_help)
     runner.add_argument("--concurrency", type=int, default=1, help="Episodes run at once (default 1).")
     runner.add_argument("--name", default=None, help="This runner's name in the trainer's records.")
     runner.add_argument("--episode-timeout", type=float, default=300.0, help="Seconds one episode may run.")
@@ -304,8 +306,13 @@ def _run_runner(args: argparse.Namespace) -> int:
     from lightning_sdk.rollouts.runners import KEY_VARIABLE
 
     key = args.key or os.environ.get(KEY_VARIABLE)
+    if args.key_file is not None:
+        key = Path(args.key_file).read_text(encoding="utf-8").strip()
     if not key:
-        raise ValueError(f"the run's key is needed: --key or {KEY_VARIABLE} (the trainer prints it).")
+        raise ValueError(
+            f"the run's key is needed: --key-file (the trainer's start line names it), --key or "
+            f"${KEY_VARIABLE}."
+        )
     try:
         run_runner(
             load_agent(args.agent),

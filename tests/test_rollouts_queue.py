@@ -235,3 +235,30 @@ async def test_a_streamed_answer_ends_its_hold_however_sending_ends() -> None:
             await answer(scope, receive, sender)
         assert done == [True], sender
     assert any(message.get("body") == b"data: 2\n\n" for message in sent)  # sent whole when it could be
+
+
+def test_a_refused_body_ends_its_lease_and_the_rollout_goes_to_the_next_runner(clock) -> None:
+    queue, ids = open_queue(clock)
+    bad = queue.lease("bad")
+    assert not queue.refuse(ids[0], "not-the-lease", "episode.metadata: ...")  # a stranger changes nothing
+    assert queue.refuse(ids[0], bad.lease_id, "episode.metadata: Input should be a valid dictionary")
+    with pytest.raises(LeaseLost):
+        queue.complete(ids[0], bad.lease_id, {"name": "late"})
+    honest = queue.lease("honest")  # at once: no lease had to lapse
+    assert honest is not None and honest.attempt == 2
+    queue.complete(ids[0], honest.lease_id, {"name": "solver"})
+    [outcome] = queue.wait(ids, timeout_s=0)
+    assert outcome.episode == {"name": "solver"} and outcome.runner == "honest"
+
+
+def test_a_rollout_refused_max_attempts_times_is_dropped_with_a_warning(clock, caplog) -> None:
+    queue, ids = open_queue(clock, max_attempts=2)
+    for _ in range(2):
+        lease = queue.lease("bad")
+        assert queue.refuse(ids[0], lease.lease_id, "episode.rewards.r: must be a finite number")
+    assert queue.lease("honest") is None  # nothing left to run
+    [outcome] = queue.wait(ids, timeout_s=0)
+    assert outcome.episode is None and outcome.attempts == 2
+    assert outcome.failure.count("sent a body the trainer refused (episode.rewards.r") == 2
+    [warning] = [record for record in caplog.records if record.levelname == "WARNING"]
+    assert f"rollout {ids[0]} dropped after 2 attempts" in warning.getMessage()

@@ -4,12 +4,15 @@ the command that starts a runner, printed where a user sees it."""
 from __future__ import annotations
 
 import json
+import logging
+import stat
+from pathlib import Path
 
 import pytest
 
 import lightning_sdk as ls
 from lightning_sdk.rollouts.queue import RolloutQueue
-from lightning_sdk.rollouts.remote import start_runners
+from lightning_sdk.rollouts.remote import KEY_FILE, start_runners, write_key_file
 from lightning_sdk.rollouts.runners import KEY_VARIABLE
 from lightning_sdk.serving.endpoint import LLMEndpoint
 
@@ -44,16 +47,32 @@ def test_a_mapping_with_an_unknown_field_names_it_and_the_known_ones() -> None:
         ls.TrainerConfig(runners={"procs": 2})
 
 
-def test_the_command_that_starts_a_runner_is_printed_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_that_starts_a_runner_names_the_key_file_never_the_key(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     endpoint = LLMEndpoint("http://127.0.0.1:8123/v1", "sk-run-key", "model")
     queue = RolloutQueue()
-    remote = start_runners(ls.Runners(agent="my_agent:solve"), 30.0, endpoint, queue, None)
+    caplog.set_level(logging.DEBUG)
+    remote = start_runners(ls.Runners(agent="my_agent:solve"), 30.0, endpoint, queue, None, tmp_path)
+    key_file = tmp_path / KEY_FILE
     try:
         printed = capsys.readouterr().err
-        assert (
-            "LIGHTNING_SDK_KEY=sk-run-key lightning-sdk runner my_agent:solve --trainer http://127.0.0.1:8123"
-            in printed
-        )
+        command = f"lightning-sdk runner my_agent:solve --trainer http://127.0.0.1:8123 --key-file {key_file}"
+        assert command in printed and KEY_VARIABLE in printed  # where the key is, and the other way in
+        assert key_file.read_text().strip() == "sk-run-key"
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600  # its owner's only
+        assert remote.start_command == command  # what is logged again while the trainer waits
         assert remote.processes is None  # processes=0: runners started elsewhere
     finally:
         remote.close()
+    assert not key_file.exists()  # removed with the run
+    assert "sk-run-key" not in printed + capsys.readouterr().err + caplog.text
+    assert "sk-run-key" not in repr(remote.__dict__)
+
+
+def test_a_key_file_is_its_owner_s_only_whatever_was_there(tmp_path: Path) -> None:
+    old = tmp_path / KEY_FILE
+    old.write_text("an older key")
+    old.chmod(0o644)
+    assert write_key_file(tmp_path, "sk-new") == old
+    assert old.read_text() == "sk-new\n" and stat.S_IMODE(old.stat().st_mode) == 0o600

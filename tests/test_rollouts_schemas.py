@@ -79,13 +79,91 @@ def test_a_reward_report_is_finite_and_its_refusals_are_reward_errors() -> None:
 def test_an_upload_holds_an_episode_as_the_trainer_will_load_it() -> None:
     recorded = Episode(name="solver", task={"q": 1}).to_dict()
     upload = EpisodeUpload.model_validate({"lease_id": "l", "episode": {"name": "solver", "task": {"q": 1}}})
-    assert upload.episode.keys() == recorded.keys() and upload.episode["name"] == "solver"
-    for bad in ({"surprise": 1}, {"calls": "no"}):
-        refused = refusal(EpisodeUpload, {"lease_id": "l", "episode": bad})
-        assert (refused.param, refused.code) == ("episode", "invalid_episode")
-        assert refused.message.startswith("episode: not a valid Episode")
-        assert refused.message.endswith("Send episode: the JSON object of Episode.to_dict().")
+    stored = upload.stored_episode()
+    assert stored.keys() == recorded.keys() and stored["name"] == "solver"
+    unknown = refusal(EpisodeUpload, {"lease_id": "l", "episode": {"surprise": 1}})
+    assert (unknown.param, unknown.code) == ("episode.surprise", "invalid_episode")
+    assert unknown.message.startswith("Unknown field 'episode.surprise': this body takes id, name,")
+    no_list = refusal(EpisodeUpload, {"lease_id": "l", "episode": {"calls": "no"}})
+    assert (no_list.param, no_list.code) == ("episode.calls", "invalid_episode")
+    assert no_list.message.endswith("Send episode.calls: a list of LLMCall.to_dict() objects.")
     assert refusal(EpisodeUpload, {"lease_id": "l", "episode": []}).code == "invalid_episode"
+
+
+@pytest.mark.parametrize(
+    ("episode", "param"),
+    [
+        # The upload that used to end a run: stored, then `fit` failed on it.
+        ({"rewards": {"r": "1"}, "metadata": []}, "episode.rewards.r"),
+        ({"metadata": []}, "episode.metadata"),
+        ({"rewards": {"r": True}}, "episode.rewards.r"),
+        (json.loads('{"rewards": {"r": NaN}}'), "episode.rewards.r"),
+        (json.loads('{"rewards": {"r": -Infinity}}'), "episode.rewards.r"),
+        ({"rewards": {"r": 10**400}}, "episode.rewards.r"),
+        ({"rewards": {"": 1}}, "episode.rewards"),
+        ({"rewards": {f"r{i}": 1 for i in range(1001)}}, "episode.rewards"),
+        ({"calls": [{"prompt_token_ids": ["1"]}]}, "episode.calls[0].prompt_token_ids[0]"),
+        ({"calls": [{"completion_token_ids": [-1]}]}, "episode.calls[0].completion_token_ids[0]"),
+        ({"calls": [{"logprobs": ["x"]}]}, "episode.calls[0].logprobs[0]"),
+        ({"calls": [{"reward": "1"}]}, "episode.calls[0].reward"),
+        ({"calls": [{"reward_components": {"c": False}}]}, "episode.calls[0].reward_components.c"),
+        ({"calls": [{"metadata": "x"}]}, "episode.calls[0].metadata"),
+        ({"calls": [{"surprise": 1}]}, "episode.calls[0].surprise"),
+        ({"children": [{"rewards": {"r": "2"}}]}, "episode.children[0].rewards.r"),
+        ({"metadata": {"base_url": 3}}, "episode.metadata"),
+        ({"error": "boom"}, "episode.error"),
+        ({"started_at": "now"}, "episode.started_at"),
+        ({"id": "x" * 201}, "episode.id"),
+    ],
+)
+def test_an_episode_is_checked_field_by_field_as_ls_feedback_checks_a_reward(
+    episode: dict[str, Any], param: str
+) -> None:
+    refused = refusal(EpisodeUpload, {"lease_id": "l", "episode": episode})
+    assert (refused.param, refused.code) == (param, "invalid_episode"), refused
+    assert refused.message.startswith(f"{param}: ") or refused.message.startswith(f"Unknown field '{param}'")
+
+
+def test_a_finite_reward_is_refused_under_the_same_rule_as_feedback() -> None:
+    from lightning_sdk.tracing.rewards.feedback import feedback_problem
+
+    for value in (True, "1", math.nan, math.inf, 10**400, None, [1]):
+        upload = {"lease_id": "l", "episode": {"rewards": {"r": value}}}
+        assert feedback_problem(value) is not None
+        assert refusal(EpisodeUpload, upload).param == "episode.rewards.r"
+    for value in (0, -3, 0.25, 10**6):
+        assert feedback_problem(value) is None
+        upload = EpisodeUpload.model_validate({"lease_id": "l", "episode": {"rewards": {"r": value}}})
+        assert upload.stored_episode()["rewards"] == {"r": value}
+
+
+def test_sub_agents_nest_a_bounded_number_of_levels() -> None:
+    from lightning_sdk.rollouts.episode_body import MAX_EPISODE_DEPTH
+
+    def nested(levels: int) -> dict[str, Any]:
+        episode: dict[str, Any] = {"name": "leaf"}
+        for _ in range(levels - 1):
+            episode = {"name": "parent", "children": [episode]}
+        return episode
+
+    upload = EpisodeUpload.model_validate({"lease_id": "l", "episode": nested(MAX_EPISODE_DEPTH)})
+    assert Episode.from_dict(upload.stored_episode()).children
+    too_deep = refusal(EpisodeUpload, {"lease_id": "l", "episode": nested(MAX_EPISODE_DEPTH + 1)})
+    assert too_deep.param == "episode" and "deeper than" in too_deep.message
+
+
+def test_a_recorded_episode_uploads_as_it_was_recorded() -> None:
+    from lightning_sdk.tracing.episode import LLMCall
+
+    call = LLMCall(prompt_token_ids=[1, 2], completion_token_ids=[3], logprobs=[-0.5], reward=1)
+    recorded = Episode(
+        name="solver", calls=[call], rewards={"exact": 1.0}, metadata={"base_url": "http://x/v1"}
+    )
+    recorded.children.append(Episode(name="helper", rewards={"r": 0}))
+    upload = EpisodeUpload.model_validate(
+        json.loads(json.dumps({"lease_id": "l", "episode": recorded.to_dict()}))
+    )
+    assert Episode.from_dict(upload.stored_episode()) == recorded
 
 
 def test_the_queue_grants_the_wire_lease_and_the_runner_reads_it_back() -> None:

@@ -11,7 +11,11 @@ processes or on other machines, lease a rollout, run the agent and upload the re
   lapse for want of renewal: the runner is waiting on us, and a slow engine is no sign that it died. The
   episode time limit still holds, and the renewal clock restarts when the answer is done;
 - an upload is accepted once: the same upload again (same lease) is answered as already stored, an upload
-  under a lease the rollout no longer has is refused (`LeaseLost`), never mixed in.
+  under a lease the rollout no longer has is refused (`LeaseLost`), never mixed in;
+- a body the trainer refuses (an episode or reward that does not validate) under the lease that holds the
+  rollout ends that lease at once (`refuse`): the rollout goes to the next runner, as after an expired
+  lease, and counts against `max_attempts`. A rollout that used its attempts is dropped with a warning and
+  comes back as a failed episode: one bad runner costs the run some rollouts, never the run.
 
 Plain data and a lock: no HTTP here (see `lightning_sdk.rollouts.routes`), no torch. A lease is the wire's
 `Lease` (`lightning_sdk.rollouts.schemas`): what the queue grants is what the lease route sends.
@@ -20,6 +24,7 @@ Plain data and a lock: no HTTP here (see `lightning_sdk.rollouts.routes`), no to
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
 import threading
 import time
@@ -31,6 +36,8 @@ from typing import Any
 from lightning_sdk.rollouts.schemas import Lease
 
 __all__ = ["Lease", "LeaseLost", "Outcome", "RolloutQueue", "RolloutSpec", "UnknownRollout"]
+
+log = logging.getLogger("lightning_sdk.rollouts")
 
 
 class UnknownRollout(KeyError):
@@ -241,6 +248,18 @@ class RolloutQueue:
             self._changed.notify_all()
             return True
 
+    def refuse(self, rollout_id: str, lease_id: str, reason: str) -> bool:
+        """The runner holding the rollout under `lease_id` sent a body the trainer refused (`reason`): end
+        the lease now and issue the rollout again (or drop it, when it used its `max_attempts`). Returns
+        False, changing nothing, when this lease does not hold the rollout (a stranger cannot take a
+        rollout from the runner that holds it)."""
+        with self._changed:
+            entry = self._entries.get(rollout_id)
+            if entry is None or entry.outcome is not None or entry.lease_id != lease_id:
+                return False
+            self._lose_lease(entry, f"sent a body the trainer refused ({reason})")
+            return True
+
     def task(self, rollout_id: str) -> Any:
         """The task of an open rollout (`UnknownRollout` when it is not open)."""
         with self._changed:
@@ -290,7 +309,7 @@ class RolloutQueue:
 
     def _expire_leases(self) -> None:
         now = self._clock()
-        for rollout_id, entry in self._entries.items():
+        for entry in self._entries.values():
             if entry.lease_id is None or entry.outcome is not None:
                 continue
             if (now < entry.renew_by or entry.serving) and now < entry.finish_by:
@@ -299,13 +318,24 @@ class RolloutQueue:
             reason = (
                 "ran past the episode time limit" if now >= entry.finish_by else "stopped renewing its lease"
             )
-            entry.history.append(f"attempt {entry.attempts} on runner {entry.runner!r} {reason}")
-            entry.lease = None
-            if entry.attempts >= self.max_attempts:
-                self._finish_failed(entry, "; ".join(entry.history))
-            else:
-                self._pending.append(rollout_id)
-            self._changed.notify_all()
+            self._lose_lease(entry, reason)
+
+    def _lose_lease(self, entry: _Entry, reason: str) -> None:
+        """End the entry's lease: issue the rollout again, or fail it once it used its attempts."""
+        entry.history.append(f"attempt {entry.attempts} on runner {entry.runner!r} {reason}")
+        entry.lease = None
+        entry.serving = 0
+        if entry.attempts >= self.max_attempts:
+            log.warning(
+                "rollout %s dropped after %d attempts (max_attempts): %s",
+                entry.spec.rollout_id,
+                entry.attempts,
+                "; ".join(entry.history),
+            )
+            self._finish_failed(entry, "; ".join(entry.history))
+        else:
+            self._pending.append(entry.spec.rollout_id)
+        self._changed.notify_all()
 
     def _finish_failed(self, entry: _Entry, reason: str) -> None:
         if entry.outcome is None:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from types import ModuleType
 
-from lightning_sdk.rollouts.runners import KEY_VARIABLE, RunnerLaunch
+from lightning_sdk.rollouts.runners import RunnerLaunch
 
 __all__ = ["RayRunners", "import_ray", "node_address"]
 
@@ -22,18 +22,26 @@ log = logging.getLogger("lightning_sdk.rollouts")
 
 
 class _RunnerActor:
-    """One runner inside a Ray actor (threaded, so that `pid` answers while `serve` runs)."""
+    """One runner inside a Ray actor (threaded, so that `pid` answers while `serve` runs).
+
+    The key comes as a constructor argument, never through `runtime_env` environment variables, which Ray's
+    dashboard and state API show to whoever can reach the cluster."""
+
+    def __init__(self, api_key: str) -> None:
+        self._api_key = api_key
+
+    def __repr__(self) -> str:  # Ray shows an actor's repr in its dashboard and logs
+        return "_RunnerActor()"
 
     def serve(
         self, agent: str, trainer_url: str, concurrency: int, episode_timeout_s: float, name: str
     ) -> int:
         from lightning_sdk.rollouts.runner import load_agent, run_runner
 
-        key = os.environ[KEY_VARIABLE]
         return run_runner(
             load_agent(agent),
             trainer_url,
-            key,
+            self._api_key,
             concurrency=concurrency,
             name=name,
             episode_timeout_s=episode_timeout_s,
@@ -77,7 +85,7 @@ class RayRunners:
             resources=wanted or None,
             runtime_env={"env_vars": launch.environment()},
         )
-        self._actors = [actor.remote() for _ in range(count)]
+        self._actors = [actor.remote(launch.api_key) for _ in range(count)]
         self._loops = [
             handle.serve.remote(
                 launch.agent, launch.trainer_url, launch.concurrency, launch.episode_timeout_s, f"ray-{index}"

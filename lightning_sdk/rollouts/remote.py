@@ -2,8 +2,10 @@
 episodes come back as the same `Rollout`s in-process rollouts give.
 
 `runner_protocol(...)` opens the queue and the routes the trainer's server adds for it; `start_runners(...)`
-starts the configured runner processes (or Ray actors), prints the command that starts more, and returns
-the `RemoteRollouts` the trainer sends each step's rollouts through.
+writes the run's key to a file only its owner can read (`KEY_FILE` in the run folder), starts the configured
+runner processes (or Ray actors), prints the command that starts more (which names the key file, never the
+key: the line is logged again while the trainer waits, and consoles are captured), and returns the
+`RemoteRollouts` the trainer sends each step's rollouts through.
 
 Runners record their calls against the endpoint as they reach it (`http://<trainer host>:<port>/v1`
 from another machine); those calls are the trainer's own, so they are filed under the trainer's
@@ -12,18 +14,21 @@ endpoint URL, which is what credit assignment keeps for training.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import os
 import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.rollouts.in_process import Rollout, score_with_reward_fn
 from lightning_sdk.rollouts.queue import Outcome, RolloutQueue, RolloutSpec
-from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses, Runners
+from lightning_sdk.rollouts.runners import KEY_VARIABLE, RunnerLaunch, RunnerProcesses, Runners
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.routing import Roles
 from lightning_sdk.tracing.urls import same_endpoint
@@ -33,11 +38,14 @@ if TYPE_CHECKING:
     from lightning_sdk.serving.app import RouteInstaller
     from lightning_sdk.serving.endpoint import LLMEndpoint
 
-__all__ = ["RemoteRollouts", "runner_protocol", "start_runners"]
+__all__ = ["KEY_FILE", "RemoteRollouts", "runner_protocol", "start_runners", "write_key_file"]
 
 log = logging.getLogger("lightning_sdk.rollouts")
 
 _LOOPBACK = ("127.0.0.1", "localhost")
+
+KEY_FILE = "runner.key"
+"""The file in the run folder that holds the run's key while the run lasts (mode 0600: its owner only)."""
 
 
 def runner_protocol(
@@ -58,15 +66,28 @@ def runner_protocol(
     return queue, install
 
 
+def write_key_file(run_dir: Path, key: str) -> Path:
+    """`run_dir/KEY_FILE` holding `key`, readable and writable by its owner only (mode 0600, set before a
+    byte is written, whatever the umask or an older file's mode)."""
+    path = run_dir / KEY_FILE
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        os.fchmod(file.fileno(), 0o600)
+        file.write(key + "\n")
+    return path
+
+
 def start_runners(
     runners: Runners,
     episode_timeout_s: float,
     endpoint: LLMEndpoint,
     queue: RolloutQueue,
     agent: Callable[..., Any] | None,
+    run_dir: Path,
 ) -> RemoteRollouts:
-    """Start the runner processes (or Ray actors) `runners` asks for, print the command that starts more by
-    hand (on stderr, so that it shows whatever the logging setup), and return the rollouts through them."""
+    """Write the key file in `run_dir`, start the runner processes (or Ray actors) `runners` asks for, print
+    the command that starts more by hand (on stderr, so that it shows whatever the logging setup), and
+    return the rollouts through them."""
     from lightning_sdk.rollouts.runner.agents import agent_reference
 
     reference = runners.agent or (agent_reference(agent) if agent is not None else None)
@@ -74,9 +95,9 @@ def start_runners(
     shown_url = (
         local_url if runners.host in _LOOPBACK else local_url.replace("127.0.0.1", socket.gethostname())
     )
+    key_file = write_key_file(run_dir, endpoint.api_key)
     command = (
-        f"LIGHTNING_SDK_KEY={endpoint.api_key} lightning-sdk runner "
-        f"{reference or 'module:agent'} --trainer {shown_url}"
+        f"lightning-sdk runner {reference or 'module:agent'} --trainer {shown_url} --key-file {key_file}"
     )
     processes: RunnerProcesses | RayRunners | None = None
     if runners.processes:
@@ -96,9 +117,13 @@ def start_runners(
         else:
             processes = RunnerProcesses(runners.processes, launch)
     print(
-        f"lightning-sdk: rollouts run on runners; start one with:\n  {command}", file=sys.stderr, flush=True
+        f"lightning-sdk: rollouts run on runners; start one with:\n  {command}\n"
+        f"(the key is in that file, readable by you only: on another machine, copy it there or set "
+        f"{KEY_VARIABLE} to its contents)",
+        file=sys.stderr,
+        flush=True,
     )
-    return RemoteRollouts(queue, endpoint.base_url, command, processes)
+    return RemoteRollouts(queue, endpoint.base_url, command, processes, key_file=key_file)
 
 
 class RemoteRollouts:
@@ -110,6 +135,7 @@ class RemoteRollouts:
         start_command: The command that starts a runner, shown while the trainer waits for one.
         processes: Runner processes this trainer started (restarted when one exits), if any.
         report_every_s: How often to say what the trainer waits for.
+        key_file: The file that holds the run's key (`write_key_file`), removed by `close()`.
     """
 
     def __init__(
@@ -119,11 +145,13 @@ class RemoteRollouts:
         start_command: str,
         processes: RunnerProcesses | RayRunners | None = None,
         report_every_s: float = 30.0,
+        key_file: Path | None = None,
     ) -> None:
         self.queue = queue
         self.endpoint_base_url = endpoint_base_url
         self.start_command = start_command
         self.processes = processes
+        self.key_file = key_file
         self._report_every_s = report_every_s
         self._last_report = time.monotonic()
 
@@ -156,10 +184,16 @@ class RemoteRollouts:
         return rollouts
 
     def close(self) -> None:
-        """Fail what is still open and stop the runner processes this trainer started."""
+        """Fail what is still open, stop the runner processes this trainer started, and remove the key file
+        (the key opens nothing once the run's server stops; a resumed run writes it again)."""
         self.queue.close("the training run ended")
-        if self.processes is not None:
-            self.processes.stop()
+        try:
+            if self.processes is not None:
+                self.processes.stop()
+        finally:
+            if self.key_file is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    self.key_file.unlink()
 
     def _while_waiting(self) -> None:
         if self.processes is not None:
@@ -177,19 +211,30 @@ class RemoteRollouts:
 
     def _episode(self, outcome: Outcome, task: Any) -> Episode:
         if outcome.episode is None:
-            episode = Episode(name="runner", task=task, ended_at=time.time())
-            episode.error = {"type": "RolloutFailed", "message": str(outcome.failure), "traceback": ""}
-            # The same keys a runner's episode carries (docs/scaling.md, "What an episode carries").
-            episode.metadata.update(
-                rollout_id=outcome.rollout_id, attempt=outcome.attempts, runner=outcome.runner
+            return _failed(outcome, task, str(outcome.failure))
+        try:
+            episode = Episode.from_dict(outcome.episode)
+            reached = episode.metadata.get("base_url")
+            for call in episode.all_calls():
+                if reached is not None and same_endpoint(call.base_url, reached):
+                    call.base_url = self.endpoint_base_url
+        except (TypeError, ValueError, AttributeError, KeyError) as error:
+            # The routes checked the upload (`EpisodeUpload`); should an episode still not read, it is one
+            # failed rollout, not the end of the run.
+            log.warning(
+                "rollout %s: its episode cannot be read (%s); counted as failed", outcome.rollout_id, error
             )
-            return episode
-        episode = Episode.from_dict(outcome.episode)
-        reached = episode.metadata.get("base_url")
-        for call in episode.all_calls():
-            if reached is not None and same_endpoint(call.base_url, reached):
-                call.base_url = self.endpoint_base_url
+            return _failed(outcome, task, f"the uploaded episode cannot be read ({error})")
         return episode
+
+
+def _failed(outcome: Outcome, task: Any, reason: str) -> Episode:
+    """The episode of a rollout that brought none back, saying why."""
+    episode = Episode(name="runner", task=task, ended_at=time.time())
+    episode.error = {"type": "RolloutFailed", "message": reason, "traceback": ""}
+    # The same keys a runner's episode carries (docs/scaling.md, "What an episode carries").
+    episode.metadata.update(rollout_id=outcome.rollout_id, attempt=outcome.attempts, runner=outcome.runner)
+    return episode
 
 
 def _as_json(task: Any, index: int) -> Any:

@@ -23,9 +23,11 @@ renews it; a recorded request holds it until it is answered, however long the en
 client takes the gateway base URL without its `/v1`: it appends `/v1/messages`.)
 
 Refusals are OpenAI-style error objects (Anthropic's on the gateway's Messages paths): 400 for a body that
-does not validate (`param` names the field), 401 for a wrong key, 404 for a rollout that is not open, 409 for
-a lease that no longer holds the rollout, 410 (`training_over`) once the trainer closed the queue, 413 for a
-body over its size limit. Nothing already stored changes on a refused request.
+does not validate (`param` names the field, such as `episode.rewards.r`) or is not JSON (nested past
+`MAX_JSON_DEPTH` included), 401 for a wrong key, 404 for a rollout that is not open, 409 for a lease that no
+longer holds the rollout, 410 (`training_over`) once the trainer closed the queue, 413 for a body over its
+size limit. Nothing of a refused request is stored. An episode or reward refused under the lease that holds
+its rollout also ends that lease: the rollout goes to the next runner (`RolloutQueue.refuse`).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from lightning_sdk.tracing.routing import ROLE_HEADER, Roles
 
 __all__ = [
     "MAX_EPISODE_BYTES",
+    "MAX_JSON_DEPTH",
     "MAX_LEASE_WAIT_S",
     "MAX_SMALL_BODY_BYTES",
     "gateway_router",
@@ -78,6 +81,9 @@ MAX_EPISODE_BYTES = 32 * 1024 * 1024
 model's rollout is tens of kilobytes; this leaves room for long multi-agent episodes)."""
 MAX_SMALL_BODY_BYTES = 64 * 1024
 """Largest lease or renewal request."""
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of objects and arrays a body may have: what is stored is copied and written by
+recursive code, which a body nested thousands deep would exhaust (an episode nests a few dozen levels)."""
 
 _Body = TypeVar("_Body", bound=WireBody)
 
@@ -136,18 +142,19 @@ def rollouts_router(
 
     @router.post("/{rollout_id}/episode", dependencies=running)
     async def episode(rollout_id: str, request: Request) -> EpisodeStored:
-        upload = await _read(request, EpisodeUpload, max_episode_bytes)
+        upload = await _read(request, EpisodeUpload, max_episode_bytes, _reissue(queue, rollout_id))
         with _protocol_errors():
-            return EpisodeStored(stored=queue.complete(rollout_id, upload.lease_id, upload.episode))
+            return EpisodeStored(stored=queue.complete(rollout_id, upload.lease_id, upload.stored_episode()))
 
     @router.post("/{rollout_id}/reward", dependencies=running)
     async def reward(rollout_id: str, request: Request) -> RewardStored:
-        report = await _read(request, RewardReport, max_episode_bytes)
+        report = await _read(request, RewardReport, max_episode_bytes, _reissue(queue, rollout_id))
         with _protocol_errors():
             held = queue.leased(rollout_id, report.lease_id)
             try:
                 recorded = recorder.finish(held, report, _gateway_url(request, rollout_id, report.lease_id))
             except ValueError as error:
+                queue.refuse(rollout_id, report.lease_id, str(error))
                 raise APIError.bad_request(str(error), param="step_rewards", code="invalid_reward") from None
             stored = queue.complete(rollout_id, report.lease_id, recorded)
         return RewardStored(stored=stored, calls=len(recorded["calls"]))
@@ -255,12 +262,33 @@ def _gateway_url(request: Request, rollout_id: str, lease_id: str) -> str:
     return _server_root(request) + GATEWAY_PATH.format(rollout_id=rollout_id, lease_id=lease_id)
 
 
-async def _read(request: Request, model: type[_Body], limit: int) -> _Body:
-    """The body validated as `model`: a 400 that names the field and says what to send otherwise."""
+def _reissue(queue: RolloutQueue, rollout_id: str) -> Callable[[dict[str, Any], str], None]:
+    """What a refused result body does to its rollout: when it came under the lease that holds the
+    rollout, that lease ends and the rollout goes to the next runner (`RolloutQueue.refuse`)."""
+
+    def refused(body: dict[str, Any], reason: str) -> None:
+        lease_id = body.get("lease_id")
+        if isinstance(lease_id, str):
+            queue.refuse(rollout_id, lease_id, reason)
+
+    return refused
+
+
+async def _read(
+    request: Request,
+    model: type[_Body],
+    limit: int,
+    on_refusal: Callable[[dict[str, Any], str], None] | None = None,
+) -> _Body:
+    """The body validated as `model`: a 400 that names the field and says what to send otherwise.
+    `on_refusal(body, message)` runs first for a JSON object that does not validate."""
+    body = await _read_object(request, limit)
     try:
-        return model.model_validate(await _read_object(request, limit))
+        return model.model_validate(body)
     except ValidationError as error:
         refusal = explain(error, model)
+        if on_refusal is not None:
+            on_refusal(body, refusal.message)
         raise APIError.bad_request(refusal.message, param=refusal.param, code=refusal.code) from None
 
 
@@ -274,15 +302,37 @@ async def _read_object(request: Request, limit: int) -> dict[str, Any]:
         raw += chunk
         if len(raw) > limit:
             raise APIError(413, f"The request body is larger than {limit} bytes.", code="payload_too_large")
+    too_deep = APIError.bad_request(
+        f"The request body nests objects and arrays more than {MAX_JSON_DEPTH} levels deep.",
+        code="invalid_json",
+    )
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise APIError.bad_request(
             f"The request body is not valid JSON: {error}", code="invalid_json"
         ) from None
+    except RecursionError:  # the decoder's own limit, far past MAX_JSON_DEPTH
+        raise too_deep from None
+    if _deeper_than(body, MAX_JSON_DEPTH):
+        raise too_deep
     if not isinstance(body, dict):
         raise APIError.bad_request("The request body must be a JSON object.", code="invalid_json")
     return body
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON data nests more than `limit` levels (walked without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            pending.extend(
+                (child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
+    return False
 
 
 @contextmanager

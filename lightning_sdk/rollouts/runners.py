@@ -92,15 +92,20 @@ class RunnerLaunch:
     """The agent as `load_agent` finds it (`module:function` or `path/to/agent.py:function`)."""
     trainer_url: str
     """The trainer's server as the runner reaches it."""
-    api_key: str
+    api_key: str = field(repr=False)
     concurrency: int = 1
     episode_timeout_s: float = 300.0
 
     def environment(self) -> dict[str, str]:
-        """Variables a started runner needs: the key (through the environment, not a command line that
-        other users can read in `ps`), and the agent's module as importable as it is here."""
+        """Variables a started runner process needs: the agent's module as importable as it is here."""
         path = [str(Path.cwd()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        return {KEY_VARIABLE: self.api_key, "PYTHONPATH": os.pathsep.join(path)}
+        return {"PYTHONPATH": os.pathsep.join(path)}
+
+    def process_environment(self) -> dict[str, str]:
+        """`environment()` and the key, for a runner process on this machine: through the environment, not
+        a command line that other users can read in `ps`; the runner removes it from its own environment
+        before the agent runs (`arun_runner`)."""
+        return {**self.environment(), KEY_VARIABLE: self.api_key}
 
 
 class RunnerProcesses:
@@ -120,7 +125,7 @@ class RunnerProcesses:
             "--episode-timeout",
             str(launch.episode_timeout_s),
         ]
-        self._env = {**os.environ, **launch.environment()}
+        self._env = {**os.environ, **launch.process_environment()}
         self._processes = [self._start(index) for index in range(count)]
 
     def _start(self, index: int) -> subprocess.Popen[bytes]:

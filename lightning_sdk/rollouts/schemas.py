@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
+from lightning_sdk.rollouts.episode_body import EpisodeBody, Finite, shallow_enough
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.routing import Roles
 
@@ -155,7 +157,7 @@ _LEASE_ID_HELP = "lease_id: the lease_id of the lease you hold (from POST /v1/ro
 class RenewRequest(WireBody):
     """`POST /v1/rollouts/<id>/renew`: keep the lease."""
 
-    lease_id: str = Field(min_length=1, description=_LEASE_ID_HELP)
+    lease_id: str = Field(min_length=1, max_length=200, description=_LEASE_ID_HELP)
 
 
 class RenewReply(WireReply):
@@ -166,23 +168,21 @@ class RenewReply(WireReply):
 
 
 # --- results ----------------------------------------------------------------------------------------------
-def _stored_episode(data: dict[str, Any]) -> dict[str, Any]:
-    """The episode as the trainer will store it: it must load as an `Episode`, which the trainer will do."""
-    try:
-        return Episode.from_dict(data).to_dict()
-    except (TypeError, ValueError, AttributeError, KeyError) as error:
-        raise ValueError(f"not a valid Episode ({error})") from None
-
-
 class EpisodeUpload(WireBody):
-    """`POST /v1/rollouts/<id>/episode`: the episode a runner recorded."""
+    """`POST /v1/rollouts/<id>/episode`: the episode a runner recorded, every field checked as training
+    reads it (`lightning_sdk.rollouts.episode_body`)."""
 
     error_codes: ClassVar[Mapping[str, str]] = {"episode": "invalid_episode"}
 
-    lease_id: str = Field(min_length=1, description=_LEASE_ID_HELP)
-    episode: Annotated[dict[str, Any], AfterValidator(_stored_episode)] = Field(
+    lease_id: str = Field(min_length=1, max_length=200, description=_LEASE_ID_HELP)
+    episode: Annotated[EpisodeBody, AfterValidator(shallow_enough)] = Field(
         description="episode: the JSON object of Episode.to_dict()."
     )
+
+    def stored_episode(self) -> dict[str, Any]:
+        """The episode as the trainer stores it: `Episode.to_dict()`, with the fields the runner left out
+        at their defaults."""
+        return Episode.from_dict(self.episode.model_dump(exclude_unset=True)).to_dict()
 
 
 class EpisodeStored(WireReply):
@@ -192,10 +192,6 @@ class EpisodeStored(WireReply):
     """True when stored now; False when an earlier try of the same upload (same lease) had stored it."""
 
 
-_Finite = Annotated[float, Field(allow_inf_nan=False)]
-"""A number that is not NaN or infinite (Python's `json` reads `NaN` and `Infinity`)."""
-
-
 class RewardReport(WireBody):
     """`POST /v1/rollouts/<id>/reward`: an agent that used the gateway is done, and says how it did."""
 
@@ -203,9 +199,9 @@ class RewardReport(WireBody):
         ("reward", "step_rewards", "output", "error", "name"), "invalid_reward"
     )
 
-    lease_id: str = Field(min_length=1, description=_LEASE_ID_HELP)
-    reward: _Finite = Field(description="reward: the episode's return, a finite number.")
-    step_rewards: list[_Finite | None] = Field(
+    lease_id: str = Field(min_length=1, max_length=200, description=_LEASE_ID_HELP)
+    reward: Finite = Field(description="reward: the episode's return, a finite number.")
+    step_rewards: list[Finite | None] = Field(
         default_factory=list,
         description="step_rewards: a list of finite numbers or nulls, one per recorded call, in order.",
     )
@@ -243,20 +239,72 @@ class Refusal:
 
 
 def explain(error: ValidationError, model: type[WireBody]) -> Refusal:
-    """The first problem of a body that did not validate as `model`: the field, what is wrong with it, and
-    what to send instead (the field's description)."""
+    """The first problem of a body that did not validate as `model`: the field (its whole path, such as
+    `episode.rewards.r`), what is wrong with it, and what to send instead (the field's description)."""
     first = error.errors()[0]
     location = list(first["loc"])
-    param = "".join(
-        f"[{part}]" if isinstance(part, int) else (f".{part}" if index else str(part))
-        for index, part in enumerate(location)
-    )
-    fields = model.model_fields
+    param = _path(location)
     top = str(location[0]) if location else ""
     code = model.error_codes.get(top, "invalid_value")
     if first["type"] == "extra_forbidden":
-        return Refusal(param, f"Unknown field {param!r}: this body takes {', '.join(fields)}.", code)
+        holder = _model_at(model, location[:-1]) or model
+        return Refusal(
+            param, f"Unknown field {param!r}: this body takes {', '.join(holder.model_fields)}.", code
+        )
     problem = str(first["ctx"]["error"]) if first["type"] == "value_error" else first["msg"]
-    field = fields.get(top)
-    hint = f" Send {field.description}" if field is not None and field.description else ""
+    if location[-1:] == ["[key]"]:  # pydantic's path to an object's key: the object, and which key
+        problem = f"its key {location[-2]!r:.80}: {problem}"
+        location = location[:-2]
+        param = _path(location)
+    field, reach = _field_at(model, location)
+    described = field.description if field is not None else None
+    if described and reach > 1:  # a nested field's description is its rule: say whose
+        described = f"{_path(location[:reach])}: {described}."
+    hint = f" Send {described}" if described else ""
     return Refusal(param or None, f"{param or 'The body'}: {problem.rstrip('.')}.{hint}", code)
+
+
+def _path(location: list[Any]) -> str:
+    """`["episode", "calls", 0, "reward"]` as `episode.calls[0].reward`."""
+    return "".join(
+        f"[{part}]" if isinstance(part, int) else (f".{part}" if index else str(part))
+        for index, part in enumerate(location)
+    )
+
+
+def _field_at(model: type[BaseModel], location: list[Any]) -> tuple[FieldInfo | None, int]:
+    """The innermost model field on `location`, and how many parts of it lead there (a dict key or list
+    index below the field belongs to it)."""
+    found, reach = None, 0
+    current: type[BaseModel] | None = model
+    for index, part in enumerate(location):
+        if isinstance(part, int) or current is None:
+            continue
+        field = current.model_fields.get(str(part))
+        if field is None:
+            current = None
+            continue
+        found, reach, current = field, index + 1, _inner_model(field.annotation)
+    return found, reach
+
+
+def _model_at(model: type[BaseModel], location: list[Any]) -> type[BaseModel] | None:
+    """The model whose fields the object at `location` holds (None: not a model)."""
+    current: type[BaseModel] | None = model
+    for part in location:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(str(part)) if current is not None else None
+        current = _inner_model(field.annotation) if field is not None else None
+    return current
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds (`EpisodeBody`, `list[CallBody]`, `CallBody | None`), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in get_args(annotation):
+        inner = _inner_model(argument)
+        if inner is not None:
+            return inner
+    return None

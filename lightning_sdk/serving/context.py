@@ -71,7 +71,7 @@ class ServingContext:
     """The app's shared state and the steps every route takes."""
 
     engine: Engine
-    api_key: str | None
+    api_key: str | None = field(repr=False)
     served: str
     default_max_tokens: int | None = None
     policy: SamplingPolicy = field(default_factory=SamplingPolicy)

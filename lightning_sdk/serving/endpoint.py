@@ -6,7 +6,7 @@ Plain data with no heavy imports: `lightning_sdk.LLMEndpoint` loads this module 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,8 +29,8 @@ class LLMEndpoint:
 
     base_url: str
     """Base URL including the `/v1` suffix, e.g. `http://127.0.0.1:8000/v1`."""
-    api_key: str
-    """Bearer key the server expects."""
+    api_key: str = field(repr=False)
+    """Bearer key the server expects (never in `repr`: endpoints get logged and printed)."""
     model: str
     """Model name to put in requests."""
 

@@ -130,6 +130,7 @@ def start_server(
         roles=roles,
     )
     sock = _listening_socket(host, port)
+    bound_port = sock.getsockname()[1]
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -142,16 +143,21 @@ def start_server(
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name="lightning-sdk-server", daemon=True
     )
-    thread.start()
-    deadline = time.monotonic() + startup_timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError(
-                f"The server did not start on {host}:{sock.getsockname()[1]}; see the log above."
-            )
-        time.sleep(0.02)
-    bound_port = sock.getsockname()[1]
+    try:
+        thread.start()
+        deadline = time.monotonic() + startup_timeout
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"The server did not start on {host}:{bound_port}; see the log above.")
+            time.sleep(0.02)
+    except BaseException:
+        # Whoever opens, closes: a server that did not come up (or a Ctrl+C while waiting) leaves neither
+        # its thread nor its port behind.
+        server.should_exit = True
+        if thread.is_alive():
+            thread.join(timeout=30)
+        sock.close()
+        raise
     endpoint = LLMEndpoint(f"http://{host}:{bound_port}/v1", key, model_name or engine.model.name)
     log.info("serving %s at %s", endpoint.model, endpoint.base_url)
     return ServerHandle(endpoint, engine, owns_engine, server, thread)

@@ -181,7 +181,7 @@ class Router:
     """
 
     base_url: str
-    api_key: str
+    api_key: str = field(repr=False)
     rules: tuple[RouteRule, ...] = field(default_factory=lambda: compile_routes(None))
     roles: Roles | None = None
     _decisions: dict[tuple[str | None, str | None], Route] = field(default_factory=dict, repr=False)

@@ -163,14 +163,17 @@ class Trainer:
             raise ValueError("resume=True needs TrainerConfig(run_dir=...) naming the run to continue.")
         run_dir = make_run_dir(config.run_dir)
         seed_everything(config.seed)
-        session = TrainingSession.start(self.model, config, run_dir, self.engine_kind, self.engine_options)
-        self.session = session
-        try:
-            loop = _Loop(session, agent, tasks, val_tasks, reward, resume, group_reward, val_reward)
-            return loop.run()
-        finally:
-            session.close()
-            self.session = None
+        # The session owns what its start opened: a start that fails releases it all itself, and a run
+        # that ends in any way releases it here.
+        with TrainingSession.start(
+            self.model, config, run_dir, self.engine_kind, self.engine_options
+        ) as session:
+            self.session = session
+            try:
+                loop = _Loop(session, agent, tasks, val_tasks, reward, resume, group_reward, val_reward)
+                return loop.run()
+            finally:
+                self.session = None
 
     def fit_sft(
         self,

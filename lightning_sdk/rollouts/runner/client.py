@@ -21,7 +21,6 @@ from pydantic import BaseModel
 
 from lightning_sdk.rollouts.schemas import (
     EpisodeStored,
-    EpisodeUpload,
     GrantedLease,
     LeaseRequest,
     RenewRequest,
@@ -79,18 +78,19 @@ class TrainerClient:
 
     async def upload(self, lease: GrantedLease, episode: dict[str, Any]) -> bool:
         """Send the episode; True when stored now, False when an earlier try of this upload had stored it."""
-        # Not validated here: the trainer checks the episode, and a refusal is answered with a failed
-        # episode in its place (`worker._upload`).
-        body = EpisodeUpload.model_construct(lease_id=lease.lease_id, episode=episode)
+        # Not validated here: the trainer checks the episode (`EpisodeUpload`), and a refusal is answered
+        # with a failed episode in its place (`worker._upload`). The body's fields are EpisodeUpload's.
+        body = {"lease_id": lease.lease_id, "episode": episode}
         response = await self._post(f"/v1/rollouts/{lease.rollout_id}/episode", body, 120)
         return EpisodeStored.model_validate_json(response.content).stored
 
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _post(self, path: str, body: BaseModel, timeout_s: float) -> httpx.Response:
+    async def _post(self, path: str, body: BaseModel | dict[str, Any], timeout_s: float) -> httpx.Response:
         backoff, waiting_since = 0.5, None
-        payload = body.model_dump()  # plain values; httpx writes the JSON as `json.dumps` does
+        # Plain values; httpx writes the JSON as `json.dumps` does.
+        payload = body.model_dump() if isinstance(body, BaseModel) else body
         while True:
             try:
                 response = await self._http.post(path, json=payload, timeout=timeout_s)

@@ -21,6 +21,7 @@ from typing import Any
 
 from lightning_sdk.rollouts.in_process import agent_accepts_llm, run_episode
 from lightning_sdk.rollouts.runner.client import ProtocolRefusal, TrainerClient, TrainingOver
+from lightning_sdk.rollouts.runners import KEY_VARIABLE
 from lightning_sdk.rollouts.schemas import GrantedLease
 from lightning_sdk.serving.endpoint import LLMEndpoint
 from lightning_sdk.tracing.routing import Router, compile_routes
@@ -85,6 +86,10 @@ async def arun_runner(
     if getattr(agent, "__lightning_sdk_agent__", None) is None:
         agent = trace_agent(agent)
     runner = name or f"{socket.gethostname()}-{os.getpid()}"
+    # The runner holds the key from here on. The agent's tools (subprocesses it starts inherit this
+    # environment) have no use for the runner protocol's variable; the agent's model clients get the
+    # endpoint's URL and key through OPENAI_* / ANTHROPIC_* (and `llm=`), set for each lease below.
+    os.environ.pop(KEY_VARIABLE, None)
     client = TrainerClient(trainer_url, api_key)
     uploaded = _Counter(max_rollouts)
     log.info("runner %s: serving rollouts for %s (concurrency %d)", runner, client.trainer_url, concurrency)
@@ -210,8 +215,13 @@ async def _upload(client: TrainerClient, lease: GrantedLease, episode: dict[str,
         if refusal.status in (404, 409):  # the step is over, or another runner has the rollout now
             log.warning("rollout %s: the trainer did not keep this episode (%s)", lease.rollout_id, refusal)
             return False
-        # A refused episode (too large, not valid): report the failure instead, so the rollout ends now
-        # rather than being re-run after its lease expires.
+        if refusal.status == 400:  # not valid: the trainer ended the lease and gives the rollout to another
+            log.error(
+                "rollout %s: episode refused (%s); the trainer runs it again", lease.rollout_id, refusal
+            )
+            return False
+        # A refused episode that left the lease held (too large, 413): report the failure instead, so the
+        # rollout ends now rather than being re-run after its lease expires.
         log.error("rollout %s: episode refused (%s); reporting it as failed", lease.rollout_id, refusal)
         failed = {key: episode[key] for key in ("id", "name", "metadata", "started_at", "ended_at")}
         failed["error"] = {"type": "EpisodeRefused", "message": str(refusal), "traceback": ""}

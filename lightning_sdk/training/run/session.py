@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.serving.policy import SamplingPolicy
@@ -88,6 +88,9 @@ class TrainingSession:
     """The roles with adapters of their own (`config.roles`); None: one adapter."""
     changed_roles: list[str] | None = None
     """The role adapters the last update changed (None: all of them, as after a resume)."""
+    _opened: ExitStack = field(default_factory=ExitStack, repr=False)
+    """What the run opened (process group, engine, server, loop, files, runners), closed in reverse order by
+    `close`."""
 
     @classmethod
     def start(
@@ -106,61 +109,86 @@ class TrainingSession:
 
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
         check_roles_fit_the_job(config, placement.world_size)
-        distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
-        engine, owns_engine = start_engine(model, config, engine_kind, engine_options, distributed.rank)
-        try:
-            check_engine_serves_roles(engine, config)
-        except ValueError:
+        # Whoever opens, closes: each part goes to `opened` as it comes up, so a start that fails part-way
+        # (a bad init_adapter, a model that does not load) releases what it had started, in reverse order;
+        # on success the session owns all of it (`close`).
+        with ExitStack() as opened:
+            distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
+            opened.callback(distributed.close)
+            engine, owns_engine = start_engine(model, config, engine_kind, engine_options, distributed.rank)
             if owns_engine:
-                engine.shutdown()
-            raise
-        roles = config.role_adapters()
-        adapters = roles.adapters if roles is not None else None
-        queue, routes, host, port = runner_protocol_for(config, distributed)
-        sampling = SamplingPolicy(accept_any_model=True)
-        server = start_endpoint(engine, owns_engine, config, sampling, routes, host, port)
-        engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
-        say_step_memory(config, engine.model.path, placement)
-        dtype = placement.training_dtype(config.dtype)
-        base = load_base_model(engine.model.path, dtype, device=placement.device, attention=config.attention)
-        lora_model = build_lora_model(base, config, adapters)
-        if config.init_adapter is not None:
-            from lightning_sdk.training.update.lora import add_reference_adapters, load_adapter_weights
-
-            load_adapter_weights(lora_model, config.init_adapter)  # the same start on every rank
-            if config.kl_coef > 0:  # the KL term holds the policy near the warm start, not the base model
-                add_reference_adapters(lora_model, config.init_adapter)
-        policy = distributed.wrap(lora_model)
-        engine_device = str(getattr(engine, "device", "cpu"))
-        write_rank_info(
-            run_dir, placement.describe(), policy_device=str(base.device), engine_device=engine_device
-        )
-        optimizer = build_optimizer(policy, config, adapters, learning_rate=say_learning_rate(config))
-        metrics, episodes = None, None
-        if distributed.is_main:
-            metrics = MetricsWriter(
-                run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project
+                opened.callback(engine.shutdown)
+            check_engine_serves_roles(engine, config)
+            roles = config.role_adapters()
+            adapters = roles.adapters if roles is not None else None
+            queue, routes, host, port = runner_protocol_for(config, distributed)
+            if queue is not None:  # runners waiting in a long poll are answered at once
+                opened.callback(queue.close, "the training run ended")
+            sampling = SamplingPolicy(accept_any_model=True)
+            server = start_endpoint(engine, config, sampling, routes, host, port)
+            opened.callback(server.stop)
+            engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
+            if not owns_engine:  # the caller's engine is left as it was given: serving
+                opened.callback(engine.wake)
+            loop = RunLoop()
+            opened.callback(loop.close)
+            say_step_memory(config, engine.model.path, placement)
+            dtype = placement.training_dtype(config.dtype)
+            base = load_base_model(
+                engine.model.path, dtype, device=placement.device, attention=config.attention
             )
-            episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
-        return cls(
-            config,
-            run_dir,
-            server,
-            policy,
-            optimizer,
-            build_scheduler(optimizer, config),
-            engine.tokenizer,
-            metrics,
-            episodes,
-            sampling,
-            distributed,
-            owns_engine=owns_engine,
-            queue=queue,
-            router=Router(
-                server.endpoint.base_url, server.endpoint.api_key, compile_routes(config.routes, roles), roles
-            ),
-            roles=roles,
-        )
+            lora_model = build_lora_model(base, config, adapters)
+            if config.init_adapter is not None:
+                from lightning_sdk.training.update.lora import add_reference_adapters, load_adapter_weights
+
+                load_adapter_weights(lora_model, config.init_adapter)  # the same start on every rank
+                if config.kl_coef > 0:  # the KL term holds the policy near the warm start, not the base model
+                    add_reference_adapters(lora_model, config.init_adapter)
+            policy = distributed.wrap(lora_model)
+            engine_device = str(getattr(engine, "device", "cpu"))
+            write_rank_info(
+                run_dir, placement.describe(), policy_device=str(base.device), engine_device=engine_device
+            )
+            optimizer = build_optimizer(policy, config, adapters, learning_rate=say_learning_rate(config))
+            metrics, episodes = None, None
+            if distributed.is_main:
+                metrics = MetricsWriter(
+                    run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project
+                )
+                opened.callback(metrics.close)
+                episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
+                opened.callback(episodes.close)
+            session = cls(
+                config,
+                run_dir,
+                server,
+                policy,
+                optimizer,
+                build_scheduler(optimizer, config),
+                engine.tokenizer,
+                metrics,
+                episodes,
+                sampling,
+                distributed,
+                owns_engine=owns_engine,
+                queue=queue,
+                router=Router(
+                    server.endpoint.base_url,
+                    server.endpoint.api_key,
+                    compile_routes(config.routes, roles),
+                    roles,
+                ),
+                loop=loop,
+                roles=roles,
+            )
+            session._opened = opened.pop_all()
+        return session
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # --- identity -------------------------------------------------------------------------------------
     @property
@@ -206,14 +234,15 @@ class TrainingSession:
         return self.distributed.shard(tasks)
 
     def use_runners(self, agent: Callable[..., Any] | None) -> None:
-        """Send rollouts to runners (when `config.runners` is set): start the configured runner processes
-        and say how to start more."""
+        """Send rollouts to runners (when `config.runners` is set): write the key file, start the configured
+        runner processes and say how to start more."""
         if self.config.runners is None or self.queue is None:
             return
         from lightning_sdk.rollouts.remote import start_runners
 
         runners, timeout_s = self.config.runners, self.config.episode_timeout_s
-        self.remote = start_runners(runners, timeout_s, self.endpoint, self.queue, agent)
+        self.remote = start_runners(runners, timeout_s, self.endpoint, self.queue, agent, self.run_dir)
+        self._opened.callback(self.remote.close)
 
     def rollouts(
         self,
@@ -296,6 +325,7 @@ class TrainingSession:
         self.warnings.samples_too_long(
             int(prepared.metrics["samples_dropped_too_long"]), self.config.max_sample_tokens
         )
+        self.warnings.few_step_groups(prepared.metrics)
         samples = self.distributed.balance(prepared.samples, self.config.mini_batches_per_step)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         if self.roles is not None:
@@ -397,6 +427,7 @@ class TrainingSession:
                 resume_step=step,
                 wandb_project=self.config.wandb_project,
             )
+            self._opened.callback(self.metrics.close)
         self.push_weights(step)
         log.info("resumed from %s (step %d)", checkpoint, step)
         return step
@@ -428,15 +459,6 @@ class TrainingSession:
         return EvaluationProgress(step, total, enabled=enabled)
 
     def close(self) -> None:
-        """Stop the server and engine, close the metrics and episode files."""
-        if self.metrics is not None:
-            self.metrics.close()
-        if self.episodes is not None:
-            self.episodes.close()
-        if self.remote is not None:
-            self.remote.close()
-        self.loop.close()
-        if not self.owns_engine:
-            self.engine.wake()  # the caller's engine is left as it was given: serving
-        self.server.stop()
-        self.distributed.close()
+        """Release what the run opened, newest first: runners, files, the loop, the server, the engine (or
+        wake the caller's), the process group. Each is released even when one before it fails."""
+        self._opened.close()

@@ -212,35 +212,29 @@ def _vllm_lora_ranks() -> tuple[int, ...]:
 
 def start_endpoint(
     engine: Engine,
-    owns_engine: bool,
     config: TrainerConfig,
     sampling: SamplingPolicy,
     routes: list[RouteInstaller],
     host: str,
     port: int,
 ) -> ServerHandle:
-    """The endpoint agents call during rollouts (and runners lease from); an owned engine is shut down if
-    the server cannot start."""
+    """The endpoint agents call during rollouts (and runners lease from). Its `stop()` leaves the engine
+    running: the session's start owns the engine and shuts it down itself (`TrainingSession.start`)."""
     from lightning_sdk.serving.server import start_server
 
-    try:
-        return start_server(
-            engine,
-            owns_engine=owns_engine,
-            sampling_policy=sampling,
-            routes=routes,
-            host=host,
-            port=port,
-            api_key=config.runners.key() if config.runners is not None else None,
-            upstream=trainer_upstream(config),
-            upstream_setting=TRAINER_UPSTREAM_SETTING,
-            tool_parser=config.tool_parser,
-            roles=roles.adapters if (roles := config.role_adapters()) is not None else (),
-        )
-    except BaseException:
-        if owns_engine:
-            engine.shutdown()
-        raise
+    return start_server(
+        engine,
+        owns_engine=False,
+        sampling_policy=sampling,
+        routes=routes,
+        host=host,
+        port=port,
+        api_key=config.runners.key() if config.runners is not None else None,
+        upstream=trainer_upstream(config),
+        upstream_setting=TRAINER_UPSTREAM_SETTING,
+        tool_parser=config.tool_parser,
+        roles=roles.adapters if (roles := config.role_adapters()) is not None else (),
+    )
 
 
 def runner_protocol_for(
