@@ -1,4 +1,4 @@
-"""The `lightning-sdk` command: `quickstart`, `train`, `memory`, `report`, `serve` and `runner`."""
+"""The `lightning-sdk` command: `quickstart`, `train`, `memory`, `report`, `view`, `serve` and `runner`."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _add_serve,
         _add_runner,
         _add_import,
+        _add_view,
     )
     for add in adders:
         add(commands)
@@ -38,10 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("lightning_sdk").setLevel(logging.INFO)  # our progress, not every HTTP request
     from lightning_sdk.engine.models import ModelNotFoundError  # light: no torch
+    from lightning_sdk.explorer.store_reader import StoreProblem  # light: no FastAPI
 
     try:
         return int(args.handler(args) or 0)
-    except (OSError, ValueError, TypeError, ImportError, ModelNotFoundError) as error:
+    except (OSError, ValueError, TypeError, ImportError, ModelNotFoundError, StoreProblem) as error:
         # OSError covers a missing file and a port already in use: a message, not a traceback.
         print(f"lightning-sdk {args.command}: {error}", file=sys.stderr)
         return 2
@@ -110,6 +112,20 @@ def _add_report(commands: Commands) -> None:
     report = commands.add_parser("report", help="Write RUN_DIR/report.html with curves and sample episodes.")
     report.add_argument("run_dir", help="A run folder written by a training run.")
     report.set_defaults(handler=_run_report)
+
+
+def _add_view(commands: Commands) -> None:
+    view = commands.add_parser(
+        "view",
+        help="Browse a run (or an episode store) in the browser: lightning-sdk view runs/<run>",
+    )
+    view.add_argument("run_dir", nargs="?", default=None, help="A run folder written by a training run.")
+    view.add_argument("--store", default=None, help="An episode store file instead (production traces).")
+    view.add_argument("--host", default="127.0.0.1", help="Interface to listen on (default: 127.0.0.1).")
+    view.add_argument("--port", type=int, default=8765, help="Port (default 8765; 0: a free one).")
+    view.add_argument("--key", default=None, help="Key for other hosts (default: random beyond 127.0.0.1).")
+    view.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)  # a socket a trainer opened
+    view.set_defaults(handler=_run_view)
 
 
 def _add_serve(commands: Commands) -> None:
@@ -293,9 +309,22 @@ def _run_import(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from lightning_sdk.training.records.report import write_report
+    from lightning_sdk.explorer import write_snapshot
 
-    print(write_report(args.run_dir))
+    print(write_snapshot(args.run_dir))
+    return 0
+
+
+def _run_view(args: argparse.Namespace) -> int:
+    from lightning_sdk.explorer import serve_explorer
+
+    if (args.run_dir is None) == (args.store is None):
+        raise ValueError("name a run folder (lightning-sdk view runs/<run>) or --store FILE, one of the two.")
+    server = serve_explorer(
+        args.run_dir, store=args.store, host=args.host, port=args.port, key=args.key, fd=args.fd
+    )
+    print(f"Run explorer: {server.url}  (Ctrl+C stops it)", flush=True)
+    server.wait()
     return 0
 
 

@@ -13,6 +13,8 @@ The order is written here once (CONTRIBUTING.md's "Architecture" section says th
         records                        run folder, episodes, metrics, report: config
         run                            one run's parts, session, loop: all of the above and data
         (the rest: data, evaluation, group_rewards, sft, trainer) over all of training
+    explorer                       the run explorer: reads tracing's stores and training's run folder
+                                   (records); nothing below imports it, and it never loads torch or vLLM
     cli, quickstart, runner, the package root   on top
 
 Inside a room, the folders keep to their side (`SIDES`): a wire format's conversion never reaches for the
@@ -41,6 +43,7 @@ ALLOWED: dict[str, set[str]] = {
     "integrations": {"tracing"},
     "rollouts": {"tracing", "serving"},
     "training": {"tracing", "engine", "serving", "rollouts"},
+    "explorer": {"tracing", "training"},
 }
 """For each room below the top, the other rooms it may import."""
 
@@ -211,13 +214,30 @@ def test_the_check_sees_an_import_that_points_up(tmp_path: Path, monkeypatch: py
 
 
 @pytest.mark.parametrize(
-    "module", ["lightning_sdk.rollouts.runner", "lightning_sdk.runner", "lightning_sdk.rollouts.gateway"]
+    "module",
+    [
+        "lightning_sdk.rollouts.runner",
+        "lightning_sdk.runner",
+        "lightning_sdk.rollouts.gateway",
+    ],
 )
 def test_the_runner_side_loads_no_trainer_torch_or_vllm(module: str) -> None:
     script = (
         f"import sys, {module};"
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm', 'transformers', 'peft')"
         " or m.startswith('lightning_sdk.training')];"
+        "print(','.join(sorted(heavy)))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("module", ["lightning_sdk.explorer.app", "lightning_sdk.explorer.snapshot"])
+def test_the_explorer_loads_no_torch_transformers_or_vllm(module: str) -> None:
+    # `lightning-sdk view` starts in about a second, also on a machine without them.
+    script = (
+        f"import sys, {module};"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm', 'transformers', 'peft')];"
         "print(','.join(sorted(heavy)))"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)

@@ -1,0 +1,66 @@
+"""Who may read the explorer: anyone on this machine when it listens on 127.0.0.1 only; with a key otherwise.
+
+The key is checked as the serving endpoint checks its own (`serving/context.py`, `ServingContext.authorize`):
+`Authorization: Bearer <key>` or `x-api-key: <key>`, compared in constant time as bytes. A browser cannot set
+headers on a link, so the address the command prints carries the key once (`?key=...`); the page then keeps
+it in an HttpOnly cookie, and every later request is checked the same way.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # FastAPI loads with the server only: `lightning-sdk view --help` stays light
+    from fastapi import Request, Response
+
+__all__ = ["COOKIE", "KeyCheck", "is_loopback"]
+
+COOKIE = "lightning_sdk_view_key"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class KeyCheck:
+    """The middleware that refuses a request without the key (`key=None`: every request passes)."""
+
+    def __init__(self, key: str | None) -> None:
+        self.key = key
+
+    def given(self, request: Request) -> list[str]:
+        bearer = request.headers.get("authorization", "")
+        keys = [bearer[7:].strip()] if bearer.startswith("Bearer ") else []
+        keys += request.headers.getlist("x-api-key")
+        keys += [value for value in (request.cookies.get(COOKIE), request.query_params.get("key")) if value]
+        return keys
+
+    async def __call__(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """The app's HTTP middleware: a 401 without the key, else the page (and the key's cookie)."""
+        from fastapi.responses import PlainTextResponse
+
+        if self.key is None:
+            return await call_next(request)
+        expected = self.key.encode()
+        # Bytes: compare_digest refuses str with non-ASCII characters, which a header may hold.
+        if not any(hmac.compare_digest(key.encode(), expected) for key in self.given(request)):
+            return PlainTextResponse(
+                "This explorer listens beyond this machine and needs its key: open the address the command "
+                "printed (it ends in ?key=...), or send 'Authorization: Bearer <key>'.",
+                status_code=401,
+            )
+        response = await call_next(request)
+        if request.query_params.get("key"):
+            response.set_cookie(COOKIE, self.key, httponly=True, samesite="strict")
+        return response

@@ -1,0 +1,263 @@
+"""Episodes as the pages show them: plain dicts of strings and numbers, built from what was recorded.
+
+Everything here is untrusted text (the agent, the model and imported trace files wrote it): these functions
+never build markup; the templates escape every value (Jinja2's autoescape), and the page's script only ever
+sets `textContent`.
+
+The training signal of a call is shown when the run recorded it in the call's `metadata`
+(`CREDIT_KEYS`); a run that did not shows "not recorded" rather than a number the viewer made up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_sdk.tracing.episode import FEEDBACK_KEY, Episode, LLMCall
+
+__all__ = [
+    "CREDIT_KEYS",
+    "NOT_RECORDED",
+    "call_view",
+    "episode_agents",
+    "episode_has_error",
+    "episode_view",
+    "group_view",
+    "sample_view",
+    "task_text",
+]
+
+NOT_RECORDED = "not recorded"
+
+CREDIT_KEYS = {
+    "credited_reward": "credited_reward",
+    "advantage": "advantage",
+    "trained": "trained",
+    "untrained_reason": "untrained_reason",
+}
+"""The keys of `LLMCall.metadata` (and, for `advantage`, of `Episode.metadata`) the viewer reads the
+training signal from, when the run wrote them."""
+
+
+def task_text(task: Any) -> str:
+    """The task as one line of text (a string as it is, anything else as JSON)."""
+    return task if isinstance(task, str) else json.dumps(task, ensure_ascii=False, default=str)
+
+
+def short(value: Any, limit: int = 200) -> str:
+    text = task_text(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def number(value: Any, digits: int = 3) -> str:
+    """A recorded number as text; anything else (missing, NaN, a string) as "not recorded"."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return NOT_RECORDED
+    return f"{value:.{digits}f}"
+
+
+def calls_with_owner(episode: Episode) -> list[tuple[LLMCall, Episode]]:
+    """Every call of the episode and its sub-agents, with the episode that made it, in start order."""
+    pairs = [(call, episode) for call in episode.calls]
+    for child in episode.children:
+        pairs += calls_with_owner(child)
+    return sorted(pairs, key=lambda pair: pair[0].started_at)
+
+
+def episode_agents(episode: Episode) -> set[str]:
+    """The agent's name, its sub-agents' names and every call's agent/role."""
+    names = {episode.name}
+    for call, owner in calls_with_owner(episode):
+        names.add(owner.name)
+        if call.agent_name:
+            names.add(call.agent_name)
+    return names
+
+
+def episode_has_error(episode: Episode) -> bool:
+    """The agent raised or timed out, or one of its calls failed."""
+    if episode.error is not None or episode.metadata.get("timed_out"):
+        return True
+    return any(call.error for call, _ in calls_with_owner(episode))
+
+
+def _error_text(episode: Episode) -> str:
+    if episode.error is not None:
+        return f"{episode.error.get('type', 'error')}: {episode.error.get('message', '')}"
+    if episode.metadata.get("timed_out"):
+        return "timed out"
+    failed = [call.error for call, _ in calls_with_owner(episode) if call.error]
+    return f"a call failed: {failed[0]}" if failed else ""
+
+
+def sample_view(episode: Episode, success_threshold: float) -> dict[str, Any]:
+    """One sample of a group, as its card shows it."""
+    reward = episode.reward
+    return {
+        "id": episode.id,
+        "sample": episode.metadata.get("sample"),
+        "reward": number(reward),
+        "reward_value": reward,
+        "failed": reward is None or reward < success_threshold or episode_has_error(episode),
+        "output": short(episode.output, 300),
+        "calls": len(calls_with_owner(episode)),
+        "advantage": number(episode.metadata.get(CREDIT_KEYS["advantage"])),
+        "error": short(_error_text(episode), 300),
+        "agents": sorted(episode_agents(episode)),
+    }
+
+
+def group_view(episodes: Sequence[Episode], success_threshold: float) -> dict[str, Any]:
+    """A task's group: its samples side by side, and whether its rewards gave a learning signal.
+
+    GRPO learns from a group only when its rewards differ (`training/algorithm/advantages.py` skips the
+    others): the reason shown is read from the samples' rewards, unless the run recorded its own
+    (`metadata["group_skipped"]`)."""
+    first = episodes[0]
+    rewards = [episode.reward for episode in episodes]
+    scored = [reward for reward in rewards if reward is not None]
+    recorded = first.metadata.get("group_skipped")
+    if isinstance(recorded, str):
+        skipped: str | None = recorded
+    elif len(scored) < 2:
+        skipped = "fewer than two scored samples: nothing to compare"
+    elif max(scored) - min(scored) == 0:
+        skipped = f"no reward spread: every sample scored {scored[0]:.3f}, so every advantage is 0"
+    else:
+        skipped = None
+    samples = sorted(episodes, key=lambda episode: episode.metadata.get("sample", 0))
+    return {
+        "task_index": first.metadata.get("task_index"),
+        "task": short(first.task, 400),
+        "samples": [sample_view(episode, success_threshold) for episode in samples],
+        "mean_reward": number(math.fsum(scored) / len(scored)) if scored else NOT_RECORDED,
+        "mean_value": math.fsum(scored) / len(scored) if scored else -math.inf,
+        "spread_value": max(scored) - min(scored) if scored else 0.0,
+        "skipped": skipped,
+    }
+
+
+def _content_text(content: Any) -> str:
+    """A message's content as text: a string, or the text of its parts (other parts as JSON)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                parts.append(json.dumps(part, ensure_ascii=False, default=str))
+        return "\n".join(parts)
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def _tool_calls(message: dict[str, Any] | None) -> list[dict[str, str]]:
+    calls = []
+    for tool_call in (message or {}).get("tool_calls") or []:
+        if not isinstance(tool_call, dict):
+            continue
+        function = tool_call.get("function") or {}
+        arguments = function.get("arguments", "")
+        calls.append(
+            {
+                "id": str(tool_call.get("id", "")),
+                "name": str(function.get("name", "")),
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+            }
+        )
+    return calls
+
+
+def _message_view(message: Any) -> dict[str, Any]:
+    if not isinstance(message, dict):
+        return {"role": "?", "text": json.dumps(message, default=str), "tool_calls": [], "tool_call_id": ""}
+    return {
+        "role": str(message.get("role", "?")),
+        "text": _content_text(message.get("content")),
+        "tool_calls": _tool_calls(message),
+        "tool_call_id": str(message.get("tool_call_id") or ""),
+        "name": str(message.get("name") or ""),
+    }
+
+
+def _trained(call: LLMCall) -> str:
+    trained = call.metadata.get(CREDIT_KEYS["trained"])
+    reason = call.metadata.get(CREDIT_KEYS["untrained_reason"])
+    if trained is True:
+        return "yes"
+    if trained is False or isinstance(reason, str):
+        return f"no: {reason}" if isinstance(reason, str) else "no"
+    # The run did not record it; what the record itself says: without token ids a call cannot be trained.
+    ids = "token ids recorded" if call.trainable else "no token ids recorded, so it cannot be trained"
+    return f"{NOT_RECORDED} ({ids})"
+
+
+def call_view(call: LLMCall, owner: Episode, index: int) -> dict[str, Any]:
+    """One model call: what it saw, what it answered, and what training made of it."""
+    usage = call.usage or {}
+    prompt_tokens = len(call.prompt_token_ids) if call.prompt_token_ids else usage.get("prompt_tokens")
+    completion_tokens = (
+        len(call.completion_token_ids)
+        if call.completion_token_ids is not None
+        else usage.get("completion_tokens")
+    )
+    messages = [_message_view(message) for message in call.messages or []]
+    if call.prompt is not None:
+        messages.append({"role": "prompt", "text": call.prompt, "tool_calls": [], "tool_call_id": ""})
+    reply_text = _content_text((call.response_message or {}).get("content")) or (call.text or "")
+    return {
+        "index": index,
+        "id": call.id,
+        "role": call.agent_name or owner.name,
+        "agent": owner.name,
+        "adapter": call.adapter or "",
+        "model": call.model or "",
+        "messages": messages,
+        "tools": [str((tool.get("function") or tool).get("name", "?")) for tool in call.tools or []],
+        "reply": reply_text,
+        "reply_tool_calls": _tool_calls(call.response_message),
+        "finish_reason": call.finish_reason or "",
+        "error": call.error or "",
+        "prompt_tokens": prompt_tokens if prompt_tokens is not None else NOT_RECORDED,
+        "completion_tokens": completion_tokens if completion_tokens is not None else NOT_RECORDED,
+        "latency": f"{call.latency_s:.2f} s" if call.latency_s is not None else NOT_RECORDED,
+        "step_reward": number(call.reward),
+        "credited_reward": number(call.metadata.get(CREDIT_KEYS["credited_reward"])),
+        "advantage": number(call.metadata.get(CREDIT_KEYS["advantage"])),
+        "trained": _trained(call),
+    }
+
+
+def episode_view(episode: Episode) -> dict[str, Any]:
+    """A whole episode: its task, output, rewards, feedback and every call."""
+    feedback = episode.metadata.get(FEEDBACK_KEY)
+    metadata = {key: value for key, value in episode.metadata.items() if key != FEEDBACK_KEY}
+    return {
+        "id": episode.id,
+        "name": episode.name,
+        "run_id": episode.run_id or "",
+        "task": task_text(episode.task),
+        "output": task_text(episode.output),
+        "error": _error_text(episode),
+        "traceback": (episode.error or {}).get("traceback", ""),
+        "reward": number(episode.reward),
+        "rewards": {name: number(value) for name, value in episode.rewards.items()},
+        "reward_errors": [json.dumps(error, ensure_ascii=False) for error in episode.reward_errors],
+        "advantage": number(episode.metadata.get(CREDIT_KEYS["advantage"])),
+        "feedback": [
+            json.dumps(item, ensure_ascii=False, default=str) for item in feedback or [] if feedback
+        ],
+        "metadata": json.dumps(metadata, ensure_ascii=False, indent=1, default=str),
+        "step": episode.metadata.get("step"),
+        "task_index": episode.metadata.get("task_index"),
+        "sample": episode.metadata.get("sample"),
+        "evaluation": bool(episode.metadata.get("evaluation")),
+        "calls": [
+            call_view(call, owner, index) for index, (call, owner) in enumerate(calls_with_owner(episode))
+        ],
+    }
