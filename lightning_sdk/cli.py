@@ -316,6 +316,8 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _run_view(args: argparse.Namespace) -> int:
+    import os
+
     from lightning_sdk.explorer import serve_explorer
 
     if (args.run_dir is None) == (args.store is None):
@@ -324,7 +326,7 @@ def _run_view(args: argparse.Namespace) -> int:
         args.run_dir, store=args.store, host=args.host, port=args.port, key=args.key, fd=args.fd
     )
     print(f"Run explorer: {server.url}  (Ctrl+C stops it)", flush=True)
-    server.wait()
+    server.wait(parent=os.getppid() if args.fd is not None else None)  # --fd: a trainer started it
     return 0
 
 

@@ -9,6 +9,7 @@ address at once and passes it to the viewer's own process, so the address is rig
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import socket
 import threading
@@ -45,11 +46,14 @@ class ExplorerServer:
             self._server.should_exit = True
             self._thread.join(timeout=10)
 
-    def wait(self) -> None:
-        """Serve until Ctrl+C."""
+    def wait(self, parent: int | None = None) -> None:
+        """Serve until Ctrl+C (or, given the `parent` process id, until that process has ended: a viewer
+        a trainer started never outlives it)."""
         try:
             while self._thread is not None and self._thread.is_alive():
                 self._thread.join(timeout=0.5)
+                if parent is not None and os.getppid() != parent:
+                    break
         except KeyboardInterrupt:
             pass
         finally:

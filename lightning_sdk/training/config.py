@@ -288,6 +288,10 @@ class TrainerConfig:
     """W&B project name (`None`: W&B's default) when `"wandb"` is in `report_to`."""
     progress_bar: bool = True
     """Show a live progress line with step, reward and speed."""
+    explorer: bool = False
+    """Serve the run explorer (`lightning-sdk view`) over the run folder on 127.0.0.1 while the run trains,
+    and print its address at the start: the page follows the run live (curves, each step's groups, every
+    call). It runs in a process of its own and stops with the run."""
 
     def __post_init__(self) -> None:
         if self.weight_sync == "merged":  # type: ignore[comparison-overlap]  # the name before 0.2

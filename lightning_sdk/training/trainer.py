@@ -36,6 +36,7 @@ from lightning_sdk.training.group_rewards import (
     one_at_a_time,
 )
 from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
+from lightning_sdk.training.records.live_view import live_view
 from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
 from lightning_sdk.training.run.best_adapter import (
     BEST_ADAPTER_DIR,
@@ -165,9 +166,12 @@ class Trainer:
         seed_everything(config.seed)
         # The session owns what its start opened: a start that fails releases it all itself, and a run
         # that ends in any way releases it here.
-        with TrainingSession.start(
-            self.model, config, run_dir, self.engine_kind, self.engine_options
-        ) as session:
+        with (
+            live_view(run_dir, config.explorer),  # its address first: the page follows the run from the start
+            TrainingSession.start(
+                self.model, config, run_dir, self.engine_kind, self.engine_options
+            ) as session,
+        ):
             self.session = session
             try:
                 loop = _Loop(session, agent, tasks, val_tasks, reward, resume, group_reward, val_reward)
