@@ -278,3 +278,41 @@ def test_the_tasks_of_recorded_traffic_round_trip_as_a_dataset(tmp_path: Path) -
         assert store.tasks(name="support") == tickets[:4]  # equal tasks once, oldest first, as given
         assert store.tasks(name="support", unique=False) == tickets
         assert store.tasks() == [*tickets[:4], {"ticket": 2}]
+
+
+def test_a_merging_write_holds_the_write_lock_from_its_read_so_late_feedback_survives(tmp_path) -> None:
+    # Two connections on one real SQLite file: an import that re-reads what is stored, and feedback given
+    # by another process meanwhile. The import's read and write are one transaction: while it merges, no
+    # one else can write, so the feedback waits, then lands on what the import wrote (not under it).
+    path = tmp_path / "episodes.db"
+    importer, elsewhere = ls.EpisodeStore(path), ls.EpisodeStore(path)
+    first = ls.Episode(name="support", output="first import")
+    importer.add(first)
+    locked_while_merging: list[bool] = []
+    feedback_threads: list[threading.Thread] = []
+
+    def keep_rewards(episode: ls.Episode, stored: ls.Episode) -> None:
+        probe = sqlite3.connect(path, timeout=0)  # a writer that does not wait
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            locked_while_merging.append(False)
+        except sqlite3.OperationalError as error:
+            locked_while_merging.append("locked" in str(error))
+        finally:
+            probe.close()
+        late = threading.Thread(target=ls.feedback, args=(first.id, 1.0), kwargs={"store": elsewhere})
+        late.start()  # waits for the import's write lock (busy_timeout), then applies
+        feedback_threads.append(late)
+        episode.rewards = {**stored.rewards, **episode.rewards}
+
+    importer.add_many([ls.Episode(id=first.id, name="support", output="second import")], merge=keep_rewards)
+    for thread in feedback_threads:
+        thread.join(30)
+    assert locked_while_merging == [True]
+    stored = importer.get(first.id)
+    assert stored is not None and stored.output == "second import"
+    assert stored.rewards == {"feedback": 1.0}
+    assert [record["reward"] for record in stored.metadata["feedback"]] == [1.0]
+    importer.close()
+    elsewhere.close()

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import random
+import secrets
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -21,16 +20,14 @@ FEEDBACK_KEY = "feedback"
 (`lightning_sdk.tracing.rewards.feedback`)."""
 
 
-# Ids come from our own generator, seeded from the OS: no system call on every LLM call's path (as
-# uuid4 makes), and a user's `random.seed(...)` cannot make ids repeat across runs. Reseeded in
-# forked children, so that worker processes do not produce the same ids.
-_ids = random.Random(os.urandom(32))
-os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
-
-
 def new_id() -> str:
-    """A random, URL-safe identifier for episodes and calls (32 hex digits, like `uuid4().hex`)."""
-    return f"{_ids.getrandbits(128):032x}"
+    """A random, URL-safe identifier for episodes and calls (32 hex digits, like `uuid4().hex`).
+
+    From `secrets`, the OS's generator: an episode id is what feedback names (`ls.feedback(episode_id,
+    ...)`, `POST /v1/episodes/<id>/feedback`), so one must not be predictable from ids seen before, as
+    those of a seeded `random.Random` are (its state can be rebuilt from its outputs). A user's
+    `random.seed(...)` does not touch it, and forked workers do not repeat each other's ids."""
+    return secrets.token_hex(16)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -168,19 +168,38 @@ class EpisodeStore:
         """Append one finished episode."""
         self.add_many([episode])
 
-    def add_many(self, episodes: Iterable[Episode]) -> None:
-        """Append several episodes in one transaction."""
-        rows = [(e.id, e.run_id, e.name, e.started_at, e.ended_at, e.reward, e.to_json()) for e in episodes]
+    def add_many(
+        self, episodes: Iterable[Episode], merge: Callable[[Episode, Episode], None] | None = None
+    ) -> None:
+        """Append several episodes in one transaction.
+
+        `merge(episode, stored)` is called, inside that transaction, for each episode whose id is already
+        stored, before it replaces the stored one: to keep what was attached to the stored copy since
+        (an import keeps its feedback, `trace_files.store_traces`). The transaction holds SQLite's write
+        lock from the first read, so feedback another process writes meanwhile waits and lands on top,
+        rather than being read stale and overwritten."""
+        episodes = list(episodes)
         with self._lock:
-            self._connection.execute("BEGIN")
+            self._connection.execute("BEGIN IMMEDIATE" if merge is not None else "BEGIN")
             try:
+                if merge is not None:
+                    for episode in episodes:
+                        row = self._connection.execute(
+                            "SELECT data FROM episodes WHERE id = ?", (episode.id,)
+                        ).fetchone()
+                        if row is not None:
+                            merge(episode, Episode.from_json(row[0]))
+                rows = [
+                    (e.id, e.run_id, e.name, e.started_at, e.ended_at, e.reward, e.to_json())
+                    for e in episodes
+                ]
                 self._connection.executemany(
                     "INSERT OR REPLACE INTO episodes VALUES (?, ?, ?, ?, ?, ?, ?)", rows
                 )
             except sqlite3.OperationalError as error:
                 self._rollback()
                 if self.max_size_mb is not None and error.sqlite_errorcode == sqlite3.SQLITE_FULL:
-                    raise EpisodeStoreFull(self.path, self.max_size_mb, len(rows)) from error
+                    raise EpisodeStoreFull(self.path, self.max_size_mb, len(episodes)) from error
                 raise
             except BaseException:
                 self._rollback()

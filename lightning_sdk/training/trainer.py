@@ -198,9 +198,13 @@ class Trainer:
 
         Args:
             path: the folder to write.
-            adapter: the adapter to merge; default: the final adapter of the last `fit` (or the newest
-                checkpoint of `config.run_dir`). A folder of role adapters (`TrainerConfig(roles=...)`)
-                gives one merged model per role, in `path/<role>`.
+            adapter: the adapter to merge; default: the run's result in `config.run_dir`, which is the kept
+                best adapter (`run_dir/best_adapter`, the best held-out score, `keep_best`) where the run
+                kept one, else the last adapter (`run_dir/adapter`), else the newest checkpoint's. A log
+                line says which one was exported; pass `adapter=run_dir / "adapter"` for the last one. A
+                folder that is not whole (a truncated file) is passed over, or refused when named here. A
+                folder of role adapters (`TrainerConfig(roles=...)`) gives one merged model per role, in
+                `path/<role>`.
         """
         from lightning_sdk.training.update.export import export_merged_model_folder
 
@@ -368,9 +372,10 @@ class _Loop:
         record = {f"val_{key}": value for key, value in metrics.items()}
         if self.config.keep_best and is_better(metrics, self.best):
             self.best = BestAdapter(step=step, score=float(metrics[SCORE_KEY]), metrics=dict(metrics))
-            folder = session.save_adapter_to(session.run_dir / BEST_ADAPTER_DIR)
-            if session.distributed.is_main:
-                write_best(session.run_dir, self.best)
+            best = self.best
+            folder = session.save_adapter_to(
+                session.run_dir / BEST_ADAPTER_DIR, beside=lambda staging: write_best(staging, best)
+            )
             record["best_step"] = step
             log.info(
                 "Step %d: best validation reward so far, %.4f; adapter kept in %s",

@@ -76,13 +76,12 @@ def read_traces(
 
 
 def store_traces(report: ImportReport, store: EpisodeStore) -> None:
-    """Add what `read_traces` read to `store`, keeping what was attached to episodes already there."""
+    """Add what `read_traces` read to `store`, keeping what was attached to episodes already there. The
+    stored copies are read and replaced in one write transaction, so feedback given meanwhile (by another
+    process) is not lost."""
     for episode in report.episodes:
         _take_task(episode)
-        stored = store.get(episode.id)
-        if stored is not None:
-            _keep_attached(episode, stored)
-    store.add_many(report.episodes)
+    store.add_many(report.episodes, merge=_keep_attached)
 
 
 def _nothing_found(path: str, report: ImportReport) -> str:

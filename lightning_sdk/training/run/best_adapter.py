@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_sdk.training.update.whole_folders import write_text_whole
+
 __all__ = [
     "BEST_ADAPTER_DIR",
     "BEST_FILE",
@@ -63,7 +65,8 @@ def read_best(run_dir: Path) -> BestAdapter | None:
     return BestAdapter(step=int(data["step"]), score=float(data["score"]), metrics=dict(data["metrics"]))
 
 
-def write_best(run_dir: Path, best: BestAdapter) -> None:
-    """Record which step the adapter in `run_dir/best_adapter` comes from (after it was saved there)."""
-    path = run_dir / BEST_ADAPTER_DIR / BEST_FILE
-    path.write_text(json.dumps(asdict(best), indent=1) + "\n", encoding="utf-8")
+def write_best(folder: Path, best: BestAdapter) -> None:
+    """Record in the adapter folder `folder` which step its adapter comes from. The trainer writes it into
+    the staging folder of `best_adapter` before that is renamed into place, so the adapter and its record
+    are replaced together; the file itself is written whole too (a staging name, then a rename)."""
+    write_text_whole(folder / BEST_FILE, json.dumps(asdict(best), indent=1) + "\n")

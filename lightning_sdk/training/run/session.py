@@ -356,6 +356,7 @@ class TrainingSession:
         The engine sleeps here (between rollouts); it wakes its weights for the write itself and keeps its
         KV cache asleep until the next rollout or evaluation wakes it."""
         from lightning_sdk.training.update.lora import save_adapter
+        from lightning_sdk.training.update.whole_folders import staged_folder
 
         started = time.perf_counter()
         folder = (
@@ -363,7 +364,8 @@ class TrainingSession:
             if self.distributed.is_main
             else self.run_dir / f"adapter-rank{self.distributed.rank}"
         )
-        save_adapter(self.distributed.unwrap(self.policy_model), folder)
+        with staged_folder(folder) as staging:  # a crash mid-save leaves the last whole adapter
+            save_adapter(self.distributed.unwrap(self.policy_model), staging)
         if self.roles is None:
             self.engine.load_adapter(folder, version=step)
         else:  # each role's adapter, in its subfolder; the ones this step did not change stay as they are
@@ -376,12 +378,18 @@ class TrainingSession:
         """The final adapter in `run_dir/adapter` (rank 0)."""
         return self.save_adapter_to(self.adapter_dir)
 
-    def save_adapter_to(self, folder: Path) -> Path:
-        """The policy's adapter (every role's, in subfolders, with roles) in `folder` (rank 0)."""
+    def save_adapter_to(self, folder: Path, beside: Callable[[Path], None] | None = None) -> Path:
+        """The policy's adapter (every role's, in subfolders, with roles) in `folder` (rank 0), written
+        under a staging name and renamed into place whole; `beside(staging)` writes more files into the
+        folder before it is renamed (`best.json`), so they come and go with the adapter."""
         from lightning_sdk.training.update.lora import save_adapter
+        from lightning_sdk.training.update.whole_folders import staged_folder
 
         if self.distributed.is_main:
-            save_adapter(self.distributed.unwrap(self.policy_model), folder)
+            with staged_folder(folder) as staging:
+                save_adapter(self.distributed.unwrap(self.policy_model), staging)
+                if beside is not None:
+                    beside(staging)
         return folder
 
     # --- checkpoints and logs -------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.engine.adapter_folders import is_adapter_folder
 from lightning_sdk.training.update.lora import load_adapter_weights, save_adapter
+from lightning_sdk.training.update.whole_folders import replace_folder
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -154,22 +155,11 @@ def save_checkpoint(
         # Written last: a folder without it is never taken for a checkpoint.
         (staging / STATE_FILE).write_text(json.dumps({**(state or {}), "step": step}, indent=2))
         staging.chmod(0o755)
-        _replace(staging, target)
+        replace_folder(staging, target)  # saving the same step again (a resume): one whole copy throughout
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     _prune(root, keep=max(keep, 1))
     return target
-
-
-def _replace(staging: Path, target: Path) -> None:
-    if not target.exists():
-        staging.rename(target)
-        return
-    # Saving the same step again (after a resume): swap, so there is always one complete copy on disk.
-    old = target.with_name(f".old-{target.name}-{os.getpid()}")
-    target.rename(old)
-    staging.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _prune(root: Path, keep: int) -> None:
