@@ -378,3 +378,22 @@ def test_fit_rejects_bad_input_before_starting_an_engine(tmp_path: Path) -> None
     balanced = ls.Trainer(config=small_config(tmp_path / "run", balance_by="kind"))
     with pytest.raises(ValueError, match=r"balance_by='kind', but task 0 \(a dict\) has no field 'kind'"):
         balanced.fit(solver, TASKS)
+
+
+def test_step_credit_trains_and_records_each_calls_parts(engine: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    config = small_config(run_dir, max_steps=1, save_every=0, credit="step", step_advantage_weight=0.5)
+    ls.Trainer(config=config, engine=engine).fit(team, TASKS)
+
+    [record] = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert record["calls_trained"] > 0 and record["trained_sequences"] > 0
+    # Writer and checker calls never share a step group; the writers' first calls are the root group.
+    assert 0 <= record["step_group_share"] <= 1
+    assert record["advantage_episode_abs_mean"] > 0 and record["advantage_step_abs_mean"] > 0
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        calls = [call for episode in store.episodes() for call in episode.all_calls()]
+    credits = [call.metadata["credit"] for call in calls if call.metadata.get("credit", {}).get("advantage")]
+    assert credits and all(credit["rule"] == "step" for credit in credits)
+    for credit in credits:
+        parts = credit["episode_advantage"] + 0.5 * credit["step_advantage"]
+        assert credit["advantage"] == pytest.approx(parts) and credit["step_group_size"] >= 1

@@ -200,6 +200,9 @@ class ProgressBar:
         signal, rolled_out = metrics.get("groups_with_signal"), metrics.get("groups_rolled_out")
         if isinstance(signal, int) and isinstance(rolled_out, int) and rolled_out:
             parts.append(f"signal={signal}/{rolled_out}")  # groups GRPO could learn from
+        shared = metrics.get("step_group_share")
+        if isinstance(shared, (int, float)) and math.isfinite(shared):
+            parts.append(f"shared={shared:.0%}")  # credit="step": calls whose state another sample faced
         parts.append(f"{seconds:.1f}s/step")
         text = " ".join(parts)
         if not self.enabled:

@@ -50,6 +50,11 @@ def plot_curves(history: list[dict[str, Any]], folder: Path) -> list[Path]:
             {"groups with a reward spread": signal_share(history)},
         ),
         (
+            "step_groups.png",
+            'credit="step": share of trained calls whose state another sample faced',
+            {"step_group_share": _series(history, "step_group_share")},
+        ),
+        (
             "roles.png",
             "Each role's calls: mean credited reward (TrainerConfig.roles)",
             {key: _series(history, key) for key in role_keys(history, "reward/")},
@@ -63,7 +68,7 @@ def plot_curves(history: list[dict[str, Any]], folder: Path) -> list[Path]:
         for key, points in series.items():
             if points:
                 axes.plot(*zip(*points, strict=True), marker="o", markersize=3, label=key)
-        if name == "signal.png":
+        if name in ("signal.png", "step_groups.png"):
             axes.set_ylim(-0.05, 1.05)
         axes.set_xlabel("step")
         axes.set_title(title)
@@ -184,11 +189,28 @@ def _summary_table(history: list[dict[str, Any]]) -> str:
                     f"{solved} / {alike}",
                 )
             )
+        rows += _step_credit_rows(steps)
         seconds = [r["time_step_s"] for r in steps if "time_step_s" in r]
         if seconds:
             rows.append(("seconds per step (median)", f"{sorted(seconds)[len(seconds) // 2]:.1f}"))
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
+
+
+def _step_credit_rows(steps: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Under `credit="step"`: how often a trained call shared its state with another sample's call, and
+    the mean size of the episode and step parts of the advantages, averaged over steps."""
+    rows = []
+    for key, label, percent in (
+        ("step_group_share", "trained calls sharing a state with another sample (credit=step)", True),
+        ("advantage_episode_abs_mean", "mean |episode advantage| (credit=step)", False),
+        ("advantage_step_abs_mean", "mean |weighted step advantage| (credit=step)", False),
+    ):
+        values = [float(record[key]) for record in steps if _finite(record.get(key))]
+        if values:
+            average = math.fsum(values) / len(values)
+            rows.append((label + ", mean over steps", f"{average:.0%}" if percent else f"{average:.3f}"))
+    return rows
 
 
 def _number(value: object) -> str:

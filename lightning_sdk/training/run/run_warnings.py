@@ -18,6 +18,11 @@ __all__ = ["RunWarnings"]
 
 log = logging.getLogger("lightning_sdk.training")
 
+FEW_STEP_GROUPS = 0.02
+"""A `step_group_share` below this counts as a step where `credit="step"` found no shared state."""
+STEPS_BEFORE_WARNING = 3
+"""How many such steps in a row before the warning: one step's groups may just have diverged early."""
+
 
 @dataclass
 class RunWarnings:
@@ -29,6 +34,9 @@ class RunWarnings:
     """Samples over `config.max_sample_tokens` were warned about."""
     warned_idle_roles: set[str] = field(default_factory=set)
     """Roles already warned about making no call in a step."""
+    steps_without_step_groups: int = 0
+    """Consecutive steps under `credit="step"` whose `step_group_share` was below `FEW_STEP_GROUPS`."""
+    warned_step_groups: bool = False
 
     def unused_routes(self, routes: Any, router: Router | None) -> None:
         """After the run's first rollouts: say which keys of `routes` selected no call, with the models the
@@ -76,3 +84,25 @@ class RunWarnings:
                 ", ".join(repr(role) for role in new_silent),
                 others,
             )
+
+    def few_step_groups(self, step_metrics: Mapping[str, Any]) -> None:
+        """Under `credit="step"`: when, `STEPS_BEFORE_WARNING` steps in a row, almost no trained call shared
+        its state with another sample's call (the root group of first calls aside), the rule is acting as
+        `"equal"`; say so once, and point at `state_key`."""
+        share = step_metrics.get("step_group_share")
+        if not isinstance(share, (int, float)) or share != share:  # not under "step", or no call trained
+            return
+        self.steps_without_step_groups = self.steps_without_step_groups + 1 if share < FEW_STEP_GROUPS else 0
+        if self.steps_without_step_groups < STEPS_BEFORE_WARNING or self.warned_step_groups:
+            return
+        self.warned_step_groups = True
+        log.warning(
+            'credit="step": for %d steps in a row, %.0f%% of trained calls shared their state with another '
+            'sample\'s call beyond the first call, so the rule is acting as "equal" (each call is valued by '
+            "its episode; only the first call gets a heavier push). Exact prompt token ids rarely repeat "
+            "when prompts carry a timestamp, a request id or earlier sampled text: give "
+            "TrainerConfig(state_key=fn) a key of what decides a call's situation, such as its last tool "
+            "result (docs/trainer.md, step-level credit; the metric step_group_share counts it each step).",
+            self.steps_without_step_groups,
+            100 * share,
+        )
