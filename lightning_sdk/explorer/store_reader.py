@@ -87,14 +87,11 @@ class StoreReader:
                 f"No episode store at {self.path}: check the path. A training run writes "
                 "run_dir/episodes.sqlite; an agent writes the file given to ls.configure(store=...)."
             )
-        # `mode=ro`: SQLite refuses every write, and a reader takes no lock a writer waits on.
-        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
-        self._connection = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._index: list[IndexRow] = []
         self._last_rowid = 0
+        self._connection = self._connect()
         try:
-            self._connection.execute("PRAGMA busy_timeout=10000")
             self._check_layout()
         except sqlite3.DatabaseError as error:
             self._connection.close()
@@ -105,6 +102,28 @@ class StoreReader:
         except StoreProblem:
             self._connection.close()
             raise
+
+    @property
+    def _writer_active(self) -> bool:
+        """Whether a writer has the file open (or left its log behind): SQLite's `-wal` file is there."""
+        return Path(f"{self.path}-wal").exists()
+
+    def _connect(self) -> sqlite3.Connection:
+        # `mode=ro`: SQLite refuses every write, and in WAL mode a reader takes no lock a writer waits on.
+        # A WAL reader needs the writer's `-wal` and `-shm` files, and makes them when they are missing:
+        # with no writer about, the file is opened as immutable instead, so the viewer leaves no file
+        # behind; `refresh` reopens it as a plain reader as soon as a writer appears.
+        self._immutable = not self._writer_active
+        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro" + ("&immutable=1" if self._immutable else "")
+        connection = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        connection.execute("PRAGMA busy_timeout=10000")
+        return connection
+
+    def _follow_writer(self) -> None:
+        """Reopen as a plain reader once a writer appeared (call with the lock held)."""
+        if self._immutable and self._writer_active:
+            self._connection.close()
+            self._connection = self._connect()
 
     def _check_layout(self) -> None:
         (version,) = self._connection.execute("PRAGMA user_version").fetchone()
@@ -124,6 +143,7 @@ class StoreReader:
     def refresh(self) -> list[IndexRow]:
         """The index, brought up to date with the file (cheap when nothing changed)."""
         with self._lock:
+            self._follow_writer()
             (count,) = self._connection.execute("SELECT COUNT(*) FROM episodes").fetchone()
             new = self._index_rows(after=self._last_rowid)
             if len(self._index) + len(new) != count:  # rows were deleted or replaced: read it all again
@@ -151,6 +171,7 @@ class StoreReader:
             chunk = list(rowids[start : start + 500])
             marks = ",".join("?" * len(chunk))
             with self._lock:
+                self._follow_writer()
                 rows = self._connection.execute(
                     f"SELECT rowid, data FROM episodes WHERE rowid IN ({marks})", chunk
                 ).fetchall()
@@ -160,6 +181,7 @@ class StoreReader:
     def get(self, episode_id: str) -> Episode | None:
         """The top-level episode with this id, or None."""
         with self._lock:
+            self._follow_writer()
             row = self._connection.execute("SELECT data FROM episodes WHERE id = ?", (episode_id,)).fetchone()
         return Episode.from_json(row[0]) if row else None
 
@@ -169,6 +191,7 @@ class StoreReader:
         clauses, params = _sql_filter(where)
         condition = ("WHERE " + " AND ".join(clauses)) if clauses else ""
         with self._lock:
+            self._follow_writer()
             (total,) = self._connection.execute(
                 f"SELECT COUNT(*) FROM episodes {condition}", params
             ).fetchone()

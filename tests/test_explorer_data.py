@@ -1,0 +1,277 @@
+"""The run explorer's data layer and routes, without a browser: read-only SQLite, clear refusals, the live
+metrics, groups and filters, held-out rows, escaping, the key, the command line and the snapshot.
+
+Run folders are written by the run folder's own writers (`tests/fixtures/explorer_runs.py`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from lightning_sdk.cli import main
+from lightning_sdk.explorer import StoreProblem, write_snapshot
+from lightning_sdk.explorer.access import is_loopback
+from lightning_sdk.explorer.app import build_app
+from lightning_sdk.explorer.episode_views import NOT_RECORDED, call_view, group_view
+from lightning_sdk.explorer.run_folder import GROUPS_PER_PAGE, MetricsTail, RunSource
+from lightning_sdk.explorer.store_reader import EpisodeFilter, StoreReader
+from lightning_sdk.tracing.episode import Episode, LLMCall
+from lightning_sdk.tracing.rewards.feedback import Feedback
+from lightning_sdk.tracing.store import EpisodeStore
+from tests.fixtures.explorer_runs import HOSTILE, synthetic_run, tool_episode
+
+PAGES = ("/", "/step/1", "/step/2", "/held-out", "/held-out?failing=1", "/api/metrics")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return synthetic_run(
+        tmp_path_factory.mktemp("explorer") / "run", steps=3, tasks_per_step=3, group_size=4, eval_every=2
+    )
+
+
+def _fingerprint(path: Path) -> tuple[int, bytes]:
+    return path.stat().st_mtime_ns, path.read_bytes()
+
+
+def test_every_page_reads_and_leaves_the_run_folder_as_it_was(run_dir: Path) -> None:
+    files = {path: _fingerprint(path) for path in run_dir.iterdir() if path.is_file()}
+    client = TestClient(build_app(run_dir))
+    step_page = client.get("/step/2").text
+    episode_links = re.findall(r'href="(/episode/training/[0-9a-f]+)"', step_page)
+    assert len(episode_links) == 12  # 3 groups of 4 samples
+    for url in (*PAGES, episode_links[0]):
+        assert client.get(url).status_code == 200, url
+    assert {path: _fingerprint(path) for path in files} == files
+    assert sorted(path.name for path in run_dir.iterdir()) == sorted(path.name for path in files)
+
+
+def test_a_writer_is_not_blocked_while_the_viewer_reads(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.sqlite"
+    with EpisodeStore(path) as store:
+        store.add_many(Episode(name="a", task=index) for index in range(50))
+        reader = StoreReader(path)
+        # A read in progress: the statement holds its snapshot of the file until it is finished.
+        cursor = reader._connection.execute("SELECT data FROM episodes")
+        assert cursor.fetchone() is not None
+        # A writer that would fail at once on any lock: no waiting allowed.
+        writer = sqlite3.connect(path, timeout=0, isolation_level=None)
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE episodes SET reward = 1.0")
+        writer.execute("COMMIT")
+        writer.close()
+        store.add(Episode(name="after", task=99))  # the trainer's own writer too
+        assert len(cursor.fetchall()) == 49  # the reader's snapshot was not disturbed
+        assert len(reader.refresh()) == 51  # and the next request sees the new rows
+        reader.close()
+
+
+def test_the_reader_refuses_to_write(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.sqlite"
+    with EpisodeStore(path) as store:
+        store.add(Episode(name="a"))
+    reader = StoreReader(path)
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader._connection.execute("DELETE FROM episodes")
+    reader.close()
+
+
+def test_missing_corrupt_foreign_and_newer_stores_get_a_clear_message(tmp_path: Path) -> None:
+    with pytest.raises(StoreProblem, match="No episode store at"):
+        StoreReader(tmp_path / "missing.db")
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreProblem, match="not a readable episode store"):
+        StoreReader(corrupt)
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as connection:
+        connection.execute("CREATE TABLE things (x)")
+    with pytest.raises(StoreProblem, match="not an episode store"):
+        StoreReader(foreign)
+    newer = tmp_path / "newer.db"
+    with EpisodeStore(newer) as store:
+        store.add(Episode(name="a"))
+    with sqlite3.connect(newer) as connection:
+        connection.execute("PRAGMA user_version = 99")
+    before = _fingerprint(newer)
+    with pytest.raises(StoreProblem, match="newer lightning-sdk"):
+        StoreReader(newer)
+    assert _fingerprint(newer) == before
+    with pytest.raises(StoreProblem, match="not a run folder"):
+        RunSource(tmp_path / "no-run")
+
+
+def test_the_index_follows_appends_and_a_resumed_run_dropping_steps(tmp_path: Path) -> None:
+    path = tmp_path / "episodes.sqlite"
+    with EpisodeStore(path) as store:
+        store.add_many(Episode(name="a", run_id="r", metadata={"step": step}) for step in (1, 1, 2, 2))
+        reader = StoreReader(path)
+        assert [row.step for row in reader.refresh()] == [1, 1, 2, 2]
+        store.add(Episode(name="a", run_id="r", metadata={"step": 3}))
+        assert [row.step for row in reader.refresh()] == [1, 1, 2, 2, 3]
+        store.discard_steps_after("r", 1)
+        assert [row.step for row in reader.refresh()] == [1, 1]
+        reader.close()
+
+
+def test_metrics_are_read_as_they_are_appended_and_a_torn_line_waits(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    tail = MetricsTail(path)
+    assert tail.read() == []
+    path.write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "rew')
+    assert [record["step"] for record in tail.read()] == [1]
+    with path.open("a") as file:
+        file.write('ard_mean": 0.7}\n')
+    assert [record["reward_mean"] for record in tail.read()] == [0.5, 0.7]
+    path.write_text('{"step": 1, "reward_mean": 0.1}\n')  # rewritten shorter, as a resume does
+    assert [record["reward_mean"] for record in tail.read()] == [0.1]
+
+
+def test_a_group_without_a_reward_spread_says_why_it_gave_no_signal() -> None:
+    def scored(value: float | None, sample: int) -> Episode:
+        episode = Episode(name="a", task="t", metadata={"task_index": 0, "sample": sample})
+        if value is not None:
+            episode.rewards["r"] = value
+        return episode
+
+    alike = group_view([scored(1.0, 0), scored(1.0, 1)], 1.0)
+    assert alike["skipped"] is not None and "no reward spread" in alike["skipped"]
+    assert "fewer than two" in (group_view([scored(1.0, 0), scored(None, 1)], 1.0)["skipped"] or "")
+    spread = group_view([scored(1.0, 1), scored(0.0, 0)], 1.0)
+    assert spread["skipped"] is None
+    assert [sample["sample"] for sample in spread["samples"]] == [0, 1]
+    assert [sample["failed"] for sample in spread["samples"]] == [True, False]
+
+
+def test_a_call_shows_its_training_signal_when_recorded_and_says_so_when_not() -> None:
+    owner = Episode(name="solver")
+    bare = call_view(LLMCall(agent_name="solver"), owner, 0)
+    assert bare["credited_reward"] == bare["advantage"] == NOT_RECORDED
+    assert bare["trained"].startswith(NOT_RECORDED) and "no token ids" in bare["trained"]
+    credited = LLMCall(
+        agent_name="writer",
+        prompt_token_ids=[1, 2, 3],
+        completion_token_ids=[4],
+        metadata={
+            "credited_reward": 0.75,
+            "advantage": -0.5,
+            "trained": False,
+            "untrained_reason": "too long",
+        },
+    )
+    view = call_view(credited, owner, 1)
+    assert (view["credited_reward"], view["advantage"], view["trained"]) == (
+        "0.750",
+        "-0.500",
+        "no: too long",
+    )
+    assert (view["prompt_tokens"], view["completion_tokens"], view["role"]) == (3, 1, "writer")
+
+
+def test_groups_filter_sort_and_page(tmp_path: Path) -> None:
+    run = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=GROUPS_PER_PAGE + 5, group_size=2, seed=3)
+    source = RunSource(run)
+    everything = source.step_groups(1, EpisodeFilter())
+    assert everything["group_count"] == GROUPS_PER_PAGE + 5 and len(everything["groups"]) == GROUPS_PER_PAGE
+    assert len(source.step_groups(1, EpisodeFilter(), page=1)["groups"]) == 5
+    one = source.step_groups(1, EpisodeFilter(text="What is 3 + 10"))
+    assert [group["task_index"] for group in one["groups"]] == [3]
+    worst = source.step_groups(1, EpisodeFilter(), sort="worst")["groups"]
+    means = [group["mean_value"] for group in worst]
+    assert means == sorted(means)
+    failed = source.step_groups(1, EpisodeFilter(max_reward=0.0))
+    assert all(sample["reward"] == "0.000" for group in failed["groups"] for sample in group["samples"])
+    assert source.step_groups(1, EpisodeFilter(agent="nobody"))["group_count"] == 0
+    source.close()
+
+
+def test_held_out_puts_each_task_before_and_after_side_by_side(run_dir: Path) -> None:
+    source = RunSource(run_dir)
+    view = source.held_out()
+    assert view["steps"] == [0, 2, 3]
+    assert [row["task_index"] for row in view["rows"]] == [0, 1, 2, 3]
+    assert all(len(row["results"]) == 3 and all(row["results"]) for row in view["rows"])
+    failing = source.held_out(failing_only=True)
+    assert all(row["results"][-1]["failed"] for row in failing["rows"])
+    source.close()
+
+
+def test_recorded_text_is_escaped_on_every_page(tmp_path: Path) -> None:
+    run = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=2, group_size=2, hostile=True)
+    client = TestClient(build_app(run))
+    pages = [client.get(url).text for url in PAGES if url != "/step/2"]
+    step_page = pages[1]
+    episode_url = re.findall(r'href="(/episode/training/[0-9a-f]+)"', step_page)[0]
+    pages.append(client.get(episode_url).text)
+    pages.append(write_snapshot(run).read_text())
+    for page in pages:
+        assert "<script>window" not in page and "<img src=x" not in page
+        assert 'href="javascript:' not in page
+    episode_page = pages[-2]
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in episode_page  # shown, as text
+
+
+def test_beyond_this_machine_every_request_needs_the_key(run_dir: Path) -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5")
+    client = TestClient(build_app(run_dir, key="secret-key"))
+    assert client.get("/").status_code == 401
+    assert client.get("/api/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get("/api/metrics", headers={"Authorization": "Bearer secret-key"}).status_code == 200
+    assert client.get("/api/metrics", headers={"x-api-key": "secret-key"}).status_code == 200
+    assert client.get("/?key=secret-key").status_code == 200  # the printed address; the cookie keeps it
+    assert client.get("/step/1").status_code == 200
+
+
+def test_a_production_store_lists_filters_and_shows_feedback(tmp_path: Path) -> None:
+    import random
+
+    path = tmp_path / "episodes.db"
+    rng = random.Random(0)
+    with EpisodeStore(path) as store:
+        episodes = [
+            tool_episode({"question": f"q{index}", "expression": f"{index} + 1"}, index % 2 == 0, rng)
+            for index in range(6)
+        ]
+        store.add_many(episodes)
+        store.add_feedback(episodes[1].id, Feedback(reward=1.0, name="thumbs", comment=HOSTILE))
+    client = TestClient(build_app(store=path))
+    listing = client.get("/").text
+    assert "6 episode(s) match" in listing
+    assert "1 episode(s) match" in client.get("/", params={"q": "q3"}).text
+    assert (
+        "2 episode(s) match" in client.get("/", params={"max": "0"}).text
+    )  # 1, 3, 5 failed; 1 got +1 feedback
+    page = client.get(f"/episode/store/{episodes[1].id}").text
+    assert "thumbs" in page and "&lt;script&gt;" in page and "<script>window" not in page
+    assert "advantage</th>" not in page.split("Calls")[0]  # no step, no advantage for production traces
+    assert client.get("/step/1").status_code == 404
+
+
+def test_the_command_line_refuses_bad_input_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["view"]) == 2
+    assert "one of the two" in capsys.readouterr().err
+    assert main(["view", str(tmp_path / "missing")]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"\0" * 4096)
+    assert main(["view", "--store", str(corrupt), "--port", "0"]) == 2
+    assert "episode store" in capsys.readouterr().err
+
+
+def test_the_snapshot_stays_within_its_size_and_says_what_it_left_out(run_dir: Path, tmp_path: Path) -> None:
+    assert main(["report", str(run_dir)]) == 0
+    whole = (run_dir / "report.html").read_text()
+    assert whole.count('<section class="view" id="episode-') == 3 * 12 + 3 * 4  # every step and evaluation
+    small = write_snapshot(run_dir, tmp_path / "small.html", max_mb=0.02).read_text()
+    assert "not in this snapshot" in small
+    assert small.count('id="episode-') < whole.count('id="episode-')
+    data = json.loads(re.search(r'id="charts-data">(.*?)</script>', whole, re.S).group(1))  # type: ignore[union-attr]
+    assert {chart["id"] for chart in data} >= {"reward", "held_out", "signal", "time"}
