@@ -231,3 +231,37 @@ def test_the_key_survives_a_runner_upload() -> None:
     uploaded = [Episode.from_dict(json.loads(json.dumps(e.to_dict()))) for e in group]
     assert step_groups(uploaded, [u.calls for u in uploaded]) == step_groups(group, [e.calls for e in group])
     assert [prompt_state(c) for c in uploaded[0].calls] == [prompt_state(c) for c in group[0].calls]
+
+
+def test_imported_calls_are_keyed_after_retokenizing_as_a_rollout_would_be(bundled_model: Any) -> None:
+    """Imported traces carry text, not ids: the key is computed on the ids `call_token_ids` renders, which are
+    what the endpoint gives a rollout's prompt, so imported and served calls of one state key alike."""
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from lightning_sdk.serving.chat.template import render_chat
+    from lightning_sdk.training.algorithm.retokenize import CallTokens, call_token_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model.path)
+
+    def imported(question: str, reply: str) -> LLMCall:
+        messages = [{"role": "user", "content": question}]
+        return LLMCall(messages=messages, response_message={"role": "assistant", "content": reply})
+
+    def retokenized(text_call: LLMCall) -> LLMCall:
+        tokens = call_token_ids(text_call, tokenizer)
+        assert isinstance(tokens, CallTokens) and tokens.origin == "text"
+        ids = {"prompt_token_ids": tokens.prompt_ids, "completion_token_ids": tokens.completion_ids}
+        return dataclasses.replace(text_call, **ids)
+
+    group = [
+        Episode(calls=[retokenized(imported("What is 2 + 2?", "4"))], rewards={"feedback": 1.0}),
+        Episode(calls=[retokenized(imported("What is 2 + 2?", "5"))], rewards={"feedback": 0.0}),
+        Episode(calls=[retokenized(imported("What is 3 + 3?", "6"))], rewards={"feedback": 1.0}),
+    ]
+    assert step_groups(group, [e.calls for e in group]) == [[0], [0], [1]]
+    served = LLMCall(
+        prompt_token_ids=render_chat(tokenizer, [{"role": "user", "content": "What is 2 + 2?"}], [])
+    )
+    assert prompt_state(group[0].calls[0]) == prompt_state(served)
