@@ -10,7 +10,12 @@ from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.update.batching import batch_tokens, collate, micro_batches
 from lightning_sdk.training.update.logprobs import default_layout, token_logprobs
 from lightning_sdk.training.update.lora import build_lora_model
-from lightning_sdk.training.update.packed_attention import packed_attention_mask, packing_problem
+from lightning_sdk.training.update.packed_attention import (
+    attention_implementation,
+    head_dim_problem,
+    packed_attention_mask,
+    packing_problem,
+)
 from lightning_sdk.training.update.packing import pack
 from tests.fixtures.training import tiny_llama, tiny_lora_model
 
@@ -232,11 +237,20 @@ def test_packed_equals_padded_on_a_gpu_with_gradients(attention):
     # Run by scripts/gpu_check.sh on a GPU machine; skipped elsewhere.
     results = {}
     for layout in ("padded", "packed"):
-        # Flex attention's GPU kernels need a head dimension of at least 16.
+        # Flex attention's GPU kernels need a head dimension of at least 16: 64 / 4 heads. The attention is
+        # chosen when the model is built, as `load_base_model` does; set afterwards on the H200 (torch 2.11,
+        # transformers 5.17) the "sdpa" case still ran flex attention in the checkpointed recomputation.
         config = TrainerConfig(lora_rank=4, gradient_checkpointing=True)
-        model = build_lora_model(tiny_llama(hidden_size=64, intermediate_size=96), config)
-        model.get_base_model().set_attn_implementation(attention)
-        model = model.cuda().train()
+        base = tiny_llama(attention=attention, hidden_size=64, intermediate_size=96)
+        assert base.config.head_dim == 16
+        model = build_lora_model(base, config).cuda().train()
+        assert attention_implementation(model) == attention
         results[layout] = run(model, collate(mixed_samples(), device="cuda"), layout)
     assert results["padded"][2]
     assert_same(results["padded"], results["packed"], tolerance=1e-4)
+
+
+def test_flex_attention_is_refused_below_its_smallest_head_dimension():
+    # The H200 check failed on a head dimension of 8; "auto" now takes SDPA for such a model at load.
+    assert "head dimension 8 is below flex attention's 16" in head_dim_problem(tiny_llama().config)
+    assert head_dim_problem(tiny_llama(hidden_size=64).config) is None

@@ -192,7 +192,9 @@ class TransformersEngine(EngineBase):
                     else int(torch.randint(2**31, (1,), generator=self._seeds))
                 )
                 for index in range(params.distinct_samples):  # greedy n > 1: one row, copied by the stream
-                    generator = torch.Generator().manual_seed(seed + index)
+                    # On the model's device: torch.multinomial refuses a CPU generator for CUDA
+                    # probabilities ("Expected a 'cuda' device type for generator"; the H200 fit check).
+                    generator = torch.Generator(device=self.device).manual_seed(seed + index)
                     rows.append(Row(prompt, params, index, stream.push, generator, _cancelled_check(stream)))
             decode_batch(self._model, self._tokenizer, rows, self._eos_ids, self._pad_id)
         except Exception as error:  # noqa: BLE001 - reported to each waiting caller

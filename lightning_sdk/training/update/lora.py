@@ -23,7 +23,7 @@ import torch
 from lightning_sdk.engine.adapter_folders import ADAPTER_WEIGHTS_FILE, role_adapter_names
 from lightning_sdk.engine.placement import auto_dtype
 from lightning_sdk.training.update.fused_kernels import apply_fused_kernels
-from lightning_sdk.training.update.packed_attention import choose_attention
+from lightning_sdk.training.update.packed_attention import choose_attention, head_dim_problem
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -80,6 +80,15 @@ def load_base_model(
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
     chosen = choose_attention(attention, device)
+    if chosen == "flex_attention" and attention == "auto":
+        from transformers import AutoConfig
+
+        problem = head_dim_problem(AutoConfig.from_pretrained(str(model_path), gguf_file=gguf_file))
+        if problem is not None:
+            logger.warning(
+                "training pass: SDPA with a dense mask instead of flex attention, because %s", problem
+            )
+            chosen = None
     try:
         model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(
             str(model_path), **kwargs, attn_implementation=chosen

@@ -25,10 +25,12 @@ import torch
 from lightning_sdk.training.update.packing import PackedRow
 
 __all__ = [
+    "FLEX_MIN_HEAD_DIM",
     "PACKED_ATTENTION",
     "attention_implementation",
     "choose_attention",
     "flex_attention_problem",
+    "head_dim_problem",
     "packed_attention_mask",
     "packing_problem",
 ]
@@ -70,6 +72,25 @@ def flex_attention_problem(device: torch.device) -> str | None:
         output.float().sum().backward()  # type: ignore[no-untyped-call]
     except Exception as error:  # noqa: BLE001  # any failure means: do not use it
         return f"flex attention failed a test pass on {device} ({type(error).__name__}: {error})"
+    return None
+
+
+FLEX_MIN_HEAD_DIM = 16
+"""Flex attention's GPU kernels refuse smaller heads (torch 2.11: "embedding dimension of the query, key,
+and value must be at least 16"), seen on the H200 with a test model of head dimension 8."""
+
+
+def head_dim_problem(model_config: Any) -> str | None:
+    """Why flex attention cannot run a model of this transformers config (its head dimension), or None."""
+    head_dim = getattr(model_config, "head_dim", None)
+    if not isinstance(head_dim, int):
+        hidden, heads = (
+            getattr(model_config, "hidden_size", None),
+            getattr(model_config, "num_attention_heads", None),
+        )
+        head_dim = hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
+    if head_dim is not None and head_dim < FLEX_MIN_HEAD_DIM:
+        return f"its head dimension {head_dim} is below flex attention's {FLEX_MIN_HEAD_DIM}"
     return None
 
 
