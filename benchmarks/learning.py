@@ -8,6 +8,11 @@ and worst seed. Written to benchmarks/results/learning.md (table) and benchmarks
     python benchmarks/learning.py --table                          # only rewrite the table and plots
     python benchmarks/learning.py --table --refresh-details        # also re-read kept run folders
 
+    # step-level credit against equal (issue 51), paired by seed on three multi-call agents:
+    python benchmarks/learning.py --only sql_checked rag_openai_agents calc_two_step --label credit-equal
+    python benchmarks/learning.py --only sql_checked rag_openai_agents calc_two_step --label credit-step \
+        --set credit=step
+
 Each seed trains in its own process (so one seed's memory or crash does not touch the next, and its
 peak RSS is its own), seeding both the example's data and the trainer. A sweep resumes where it
 stopped: a seed whose result file exists is skipped, so an interrupted sweep is rerun with the same
@@ -18,6 +23,7 @@ of different labels sit side by side in the table, which is how a change to the 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -45,7 +51,16 @@ EXAMPLES: dict[str, str] = {
     "quickstart_judged": "the quickstart rewarded by the bundled model as judge (`from_traffic.py`)",
     "quickstart_distilled_small": "the quickstart after SFT on a small share of the teacher's traffic "
     "(a weaker warm start, `from_traffic.py`)",
+    "sql_checked": "text-to-SQL with the paper's checker and rewriter (`checked_sql_agent`, one shared "
+    "adapter), `examples/sql_langchain/train.py` with checker=True",
+    "calc_two_step": "two-step word problems, one calculator call per step: the first call decides "
+    "(`benchmarks/two_step_calc.py`)",
 }
+
+PAIRED = (("credit-equal", "credit-step"),)
+"""Configurations compared seed by seed on the area under the validation curve (the step-credit rule of
+docs/trainer.md: the second becomes the default only if its area is higher in every paired seed on at
+least one example and no example loses more than one standard deviation)."""
 
 
 # --- one seed, in its own process -------------------------------------------------------------------------
@@ -63,10 +78,16 @@ def train_one(
         from lightning_sdk.examples.calc_autogen.train import train as train_calc
 
         return train_calc(seed=seed, **common)
-    if example == "sql_langchain":
+    if example in ("sql_langchain", "sql_checked"):
         from lightning_sdk.examples.sql_langchain.train import train as train_sql
 
-        return train_sql(data_seed=seed, seed=seed, **common)
+        checker = {"checker": True} if example == "sql_checked" else {}
+        return train_sql(data_seed=seed, seed=seed, **checker, **common)
+    if example == "calc_two_step":
+        import two_step_calc  # benchmarks/, beside this script
+
+        common.pop("curve_to")
+        return two_step_calc.train(seed, Path(common.pop("run_dir")), **common)
     if example == "rag_openai_agents":
         from lightning_sdk.examples.rag_openai_agents.train import train as train_rag
 
@@ -111,6 +132,9 @@ def run_worker(args: argparse.Namespace) -> None:
         "wall_s": time.perf_counter() - started,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "signal_share": signal_share(history),
+        "auc": curve_area(summary["curve"]),
+        "step_group_share": mean([record.get("step_group_share", math.nan) for record in history]),
+        "calls_per_episode": calls_per_episode(run_dir),
         "rollout_rounds": mean(
             [record["rollout_rounds"] for record in history if "rollout_rounds" in record]
         ),
@@ -135,6 +159,27 @@ def read_history(run_dir: Path) -> list[dict[str, Any]]:
     from lightning_sdk.training.records.metrics import read_metrics
 
     return [record for record in read_metrics(run_dir) if "reward_mean" in record]
+
+
+def curve_area(curve: list[Any]) -> float:
+    """The area under the validation curve (trapezoids between evaluations) divided by its steps: the mean
+    held-out reward over the run, which credits learning early as well as ending high."""
+    points = sorted((float(step), float(reward)) for step, reward in curve)
+    if len(points) < 2 or points[-1][0] == points[0][0]:
+        return points[0][1] if points else math.nan
+    area = math.fsum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(points))
+    return area / (points[-1][0] - points[0][0])
+
+
+def calls_per_episode(run_dir: Path) -> float:
+    """Mean calls with token ids (the ones the trainer can train) per training episode of the run."""
+    from lightning_sdk.tracing.store import EpisodeStore
+
+    path = run_dir / "episodes.sqlite"
+    if not path.exists():
+        return math.nan
+    with EpisodeStore(path) as store:
+        return mean([float(len(episode.trainable_calls())) for episode in store.episodes()])
 
 
 def engine_dtype(result: dict[str, Any]) -> str:
@@ -175,7 +220,7 @@ def training_details(example: str, run_dir: Path) -> dict[str, Any]:
     from lightning_sdk.tracing.store import EpisodeStore
 
     path = run_dir / "episodes.sqlite"
-    if example != "sql_langchain" or not path.exists():
+    if example not in ("sql_langchain", "sql_checked") or not path.exists():
         return {}
     with EpisodeStore(path) as store:
         episodes = store.episodes()
@@ -206,7 +251,7 @@ def solved(episode: Any) -> bool:
 
 
 def breakdown(example: str, episodes: list[Any]) -> dict[str, Any]:
-    if example == "sql_langchain":
+    if example in ("sql_langchain", "sql_checked"):
         by_template: dict[str, list[int]] = {}
         for episode in episodes:
             counts = by_template.setdefault(str(episode.task.get("template")), [0, 0])
@@ -309,6 +354,7 @@ def write_table(command: str) -> None:
     lines += sql_kinds_section(
         [(label, results) for (label, example), results in ordered if example == "sql_langchain"]
     )
+    lines += paired_section(grouped)
     lines += ["", "Per seed (validation curve: step:reward):", ""]
     for (label, example), results in ordered:
         overrides = results[0]["overrides"]
@@ -335,6 +381,60 @@ def write_table(command: str) -> None:
         plot(label, example, results)
     TABLE.write_text("\n".join(lines) + "\n")
     print(f"table: {TABLE}")
+
+
+def paired_section(grouped: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
+    """For each pair of `PAIRED` configurations measured on the same example: the area under the validation
+    curve (mean held-out reward over the run, `curve_area`) seed by seed, whether the second is higher in
+    every paired seed, and whether it loses more than one standard deviation (of the first's areas)."""
+    lines: list[str] = []
+    for first, second in PAIRED:
+        rows = [
+            row
+            for example in sorted({example for label, example in grouped if label == first})
+            if (second, example) in grouped
+            for row in [paired_row(example, grouped[(first, example)], grouped[(second, example)])]
+            if row
+        ]
+        if not rows:
+            continue
+        lines += [
+            "",
+            f"Paired by seed: `{second}` against `{first}`. Area = the area under the validation curve over",
+            "its steps (the run's mean held-out reward). The step rule becomes the default only if its area",
+            "is higher in every paired seed on at least one example and no example loses more than one sd",
+            "(docs/trainer.md).",
+            "",
+            f"| example | seeds | area, {first} | area, {second} | change | higher in every seed "
+            "| loses > 1 sd | step-group share | calls with token ids per episode |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    return lines
+
+
+def paired_row(example: str, firsts: list[dict[str, Any]], seconds: list[dict[str, Any]]) -> str | None:
+    by_seed = {result["seed"]: result for result in firsts}
+    pairs = [(by_seed[result["seed"]], result) for result in seconds if result["seed"] in by_seed]
+    if not pairs:
+        return None
+    areas = [(area_of(a), area_of(b)) for a, b in pairs]
+    base = [a for a, _ in areas]
+    sd = statistics.stdev(base) if len(base) > 1 else math.nan
+    change = mean([b for _, b in areas]) - mean(base)
+    return (
+        f"| {example} | {' '.join(str(a['seed']) for a, _ in pairs)} | "
+        f"{' '.join(f'{a:.3f}' for a, _ in areas)} | {' '.join(f'{b:.3f}' for _, b in areas)} | "
+        f"{change:+.3f} | {'yes' if all(b > a for a, b in areas) else 'no'} | "
+        f"{'yes' if change < -sd else 'no'} | "
+        f"{mean([r.get('step_group_share', math.nan) for _, r in pairs]):.0%} | "
+        f"{mean([r.get('calls_per_episode', math.nan) for _, r in pairs]):.1f} |"
+    )
+
+
+def area_of(result: dict[str, Any]) -> float:
+    """A seed's area under its validation curve (results written before it was recorded: from the curve)."""
+    return result.get("auc", curve_area(result["curve"]))
 
 
 def sql_kinds_section(configurations: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
