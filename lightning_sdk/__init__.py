@@ -52,12 +52,15 @@ from lightning_sdk.version import __version__ as __version__
 if TYPE_CHECKING:
     from lightning_sdk.rollouts.runners import Runners
     from lightning_sdk.serving.endpoint import LLMEndpoint
+    from lightning_sdk.serving.limits import RequestLimits
+    from lightning_sdk.serving.passthrough.routes import PASSTHROUGH_ROUTES
     from lightning_sdk.serving.server import serve
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.trainer import Trainer
 
 
 __all__ = [
+    "PASSTHROUGH_ROUTES",
     "ContextThreadPoolExecutor",
     "Episode",
     "EpisodeStore",
@@ -65,6 +68,7 @@ __all__ = [
     "Judge",
     "LLMCall",
     "LLMEndpoint",
+    "RequestLimits",
     "Runners",
     "Trainer",
     "TrainerConfig",
@@ -88,6 +92,8 @@ __all__ = [
 # Heavy parts of the public API, imported on first attribute access so `import lightning_sdk` stays fast.
 _LAZY = {
     "LLMEndpoint": "lightning_sdk.serving.endpoint",
+    "PASSTHROUGH_ROUTES": "lightning_sdk.serving.passthrough.routes",
+    "RequestLimits": "lightning_sdk.serving.limits",
     "Runners": "lightning_sdk.rollouts.runners",
     "serve": "lightning_sdk.serving.server",
     "Trainer": "lightning_sdk.training.trainer",

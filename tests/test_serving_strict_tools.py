@@ -81,6 +81,41 @@ def test_a_forced_call_of_a_tool_without_strict_is_a_call_with_any_object(matche
     assert not matches(required, "Sure, here you go.")
 
 
+def test_a_forced_call_of_a_tool_without_strict_follows_its_schema(matches: Any) -> None:
+    # Asked for `add(a, b)` by name, the bundled model once wrote `{"name": 2, "arguments": {...}}` as the
+    # arguments: any object was allowed. Now the arguments follow the tool's own schema, strict or not.
+    loose_add = {"type": "function", "function": {"name": "add", "parameters": ADD_SCHEMA}}
+    named = tool_grammar([loose_add], {"type": "function", "function": {"name": "add"}}, None)
+    assert matches(named, '{"a":2,"b":3}}\n</tool_call>')
+    assert not matches(named, '{"name":2,"arguments":{"a":2,"b":3}}}\n</tool_call>')
+    assert not matches(named, '{"a":"2","b":3}}\n</tool_call>') and not matches(
+        named, '{"a":2}}\n</tool_call>'
+    )
+    required = tool_grammar([loose_add, LOOSE], "required", None)
+    assert matches(required, '{"name": "add", "arguments": {"a":1,"b":2}}\n</tool_call>')
+    assert not matches(required, '{"name": "add", "arguments": {"x":1}}\n</tool_call>')
+    assert matches(required, '{"name": "note", "arguments": {"x":1}}\n</tool_call>')  # its schema: any object
+
+
+def test_a_schema_the_backend_cannot_compile_is_any_object_or_refused_when_strict(
+    matches: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lightning_sdk.serving.errors import APIError
+
+    broken = {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}, "required": ["a"]}
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": broken}}
+    with caplog.at_level("WARNING", logger="lightning_sdk.serving.tools.grammar"):
+        for _ in range(3):
+            named = tool_grammar([tool], {"type": "function", "function": {"name": "lookup"}}, None)
+    assert matches(named, '{"anything":[1]}}\n</tool_call>')
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 1 and "'lookup'" in lines[0]  # one line, however many requests send the tool
+    strict = {"type": "function", "function": {**tool["function"], "strict": True}}
+    strict["function"]["parameters"] = {**broken, "additionalProperties": False}
+    with pytest.raises(APIError, match="cannot compile the parameters of the strict tool 'lookup'"):
+        tool_grammar([strict], "required", None)
+
+
 def test_a_masked_alternative_is_served_as_the_lowest_number() -> None:
     assert served_logprob(float("-inf")) == LOWEST_LOGPROB == served_logprob(-1e6)
     assert served_logprob(-0.25) == -0.25

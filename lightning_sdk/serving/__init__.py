@@ -6,8 +6,19 @@ Importing this package is light; FastAPI, uvicorn and the engine load when a ser
 """
 
 from lightning_sdk.serving.endpoint import LLMEndpoint
+from lightning_sdk.serving.limits import RequestLimits
+from lightning_sdk.serving.passthrough.routes import PASSTHROUGH_ROUTES
 from lightning_sdk.serving.passthrough.upstream import Upstream
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.server import ServerHandle, serve, start_server
 
-__all__ = ["LLMEndpoint", "SamplingPolicy", "ServerHandle", "Upstream", "serve", "start_server"]
+__all__ = [
+    "PASSTHROUGH_ROUTES",
+    "LLMEndpoint",
+    "RequestLimits",
+    "SamplingPolicy",
+    "ServerHandle",
+    "Upstream",
+    "serve",
+    "start_server",
+]

@@ -3,9 +3,11 @@
 Endpoints: `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/responses`,
 `POST /v1/messages` and `POST /v1/messages/count_tokens` (all with the key, as a bearer token or in
 `x-api-key`), and `GET /health` and `GET /openapi.json` (no key). Any other `/v1/...` request passes through
-to an upstream API, or gets a 404 that says how to name one. Every error is an OpenAI error object with a
-4xx/5xx status, or Anthropic's error object on the Messages paths; the app never leaves a connection hanging
-when the engine fails.
+to an upstream API when it is one of the upstream's pass-through routes, or gets a 404 that names the route
+and the setting. Every error is an OpenAI error object with a 4xx/5xx status, or Anthropic's error object on
+the Messages paths; the app never leaves a connection hanging when the engine fails. Every route reads its
+body within the app's `RequestLimits` (`lightning_sdk.serving.limits`), and a request whose client goes
+away stops its generation (`lightning_sdk.serving.disconnect`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.chat.template import template_supports_tools
 from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext
 from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.limits import BodyLimit, RequestLimits
 from lightning_sdk.serving.messages.errors import is_messages_path, messages_error
 from lightning_sdk.serving.openai_api import OpenAIAPI, install_openai_routes
 from lightning_sdk.serving.openapi import openapi_document
@@ -54,6 +57,7 @@ def create_app(
     upstream_setting: str = SERVE_UPSTREAM_SETTING,
     tool_parser: str = HERMES,
     roles: Sequence[str] = (),
+    limits: RequestLimits | None = None,
 ) -> FastAPI:
     """Build the app. `api_key=None` turns authentication off (for trusted local use only).
 
@@ -64,8 +68,10 @@ def create_app(
     `upstream_setting`: how the owner names an upstream. `tool_parser` names the tool-call format the
     model writes (`lightning_sdk.serving.tools.parsers`). `roles`: the roles whose adapters the engine
     serves (`Engine.load_adapter(..., role=...)`); a request picks one with `model="<role>"` or the
-    `x-lightning-role` header.
+    `x-lightning-role` header. `limits`: what one request may ask, on every route (body size, JSON depth,
+    sequences started; `lightning_sdk.serving.limits.RequestLimits`).
     """
+    limits = limits or RequestLimits()
     ctx = ServingContext(
         engine,
         api_key,
@@ -74,8 +80,11 @@ def create_app(
         sampling_policy or SamplingPolicy(),
         _tool_parser(tool_parser, engine.tokenizer),
         roles=set(roles),
+        limits=limits,
     )
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.request_limits = limits  # read by routes installed later (`limits.read_json_body`)
+    app.add_middleware(BodyLimit, limits=limits)
     forward = passthrough_handler(ctx.authorize, upstream, upstream_setting)
     install_error_handlers(app)
     install_info_routes(app, ctx)

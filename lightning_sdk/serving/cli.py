@@ -62,16 +62,27 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--upstream",
         default=None,
         metavar="URL",
-        help="OpenAI-compatible API (base URL with /v1) that receives the requests this server does not "
-        "serve, such as /v1/embeddings; its key is read from OPENAI_API_KEY (default: none, such requests "
-        "get a 404).",
+        help="OpenAI-compatible API (base URL with /v1) that receives the inference requests this server "
+        "does not serve, such as /v1/embeddings; its key is read from OPENAI_API_KEY (default: none, such "
+        "requests get a 404).",
+    )
+    parser.add_argument(
+        "--passthrough-route",
+        action="append",
+        default=None,
+        metavar="'METHOD /v1/PATH'",
+        help="with --upstream: pass this route through too, besides the inference routes passed by default "
+        "(embeddings, moderations, images, audio, GET /v1/models/*); '*' matches one path segment. "
+        "Repeat for more.",
     )
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """Start the server from parsed arguments, print how to reach it, and serve until Ctrl+C."""
+    from lightning_sdk.serving.passthrough.routes import PASSTHROUGH_ROUTES
     from lightning_sdk.serving.server import serve
 
+    extra = tuple(args.passthrough_route or ())
     options = {} if args.max_model_len is None else {"max_model_len": args.max_model_len}
     handle = serve(
         args.model,
@@ -82,6 +93,7 @@ def run_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         default_max_tokens=args.max_tokens,
         upstream=args.upstream,
+        passthrough_routes=(*PASSTHROUGH_ROUTES, *extra) if extra else None,
         tool_parser=args.tool_parser,
         store=args.store,
         reward_range=tuple(args.reward_range) if args.reward_range else None,
@@ -97,6 +109,6 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.store:
         print(f"Feedback: POST {endpoint.base_url}/episodes/<episode id>/feedback into {args.store}")
     if args.upstream:
-        print(f"Other /v1 requests (embeddings, ...) pass through to {args.upstream}")
+        print(f"Inference requests for other routes (embeddings, ...) pass through to {args.upstream}")
     handle.wait()
     return 0

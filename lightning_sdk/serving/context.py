@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from lightning_sdk.serving.chat.schemas import (
 )
 from lightning_sdk.serving.chat.template import render_chat, tool_choice_prefix
 from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.limits import RequestLimits, read_json_body
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.tools.calls import ParsedOutput, ToolTextFilter, validate_tools
 from lightning_sdk.serving.tools.grammar import tool_grammar
@@ -81,6 +81,8 @@ class ServingContext:
     header or as its `model`. Shared by the per-request copies (`for_request`), so an owner may add to it."""
     adapter: str | None = None
     """The role whose adapter answers the request at hand (set on a per-request copy)."""
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    """What one request may ask (`lightning_sdk.serving.limits`)."""
 
     def for_request(self, role_header: str | None, body: Any) -> ServingContext:
         """The context for one request: this one, or a copy that names the role whose adapter answers it
@@ -119,14 +121,9 @@ class ServingContext:
             )
 
     async def read_json(self, request: Request) -> Any:
-        """The authorized request's JSON body."""
+        """The authorized request's JSON body, within the app's limits (`limits.read_json_body`)."""
         self.authorize(request)
-        try:
-            return json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise APIError.bad_request(
-                f"The request body is not valid JSON: {error}", code="invalid_json"
-            ) from None
+        return await read_json_body(request)
 
     def parse(self, body: Any, cls: type) -> Any:
         """A JSON body validated as `cls`, for a model this server serves."""
@@ -146,8 +143,16 @@ class ServingContext:
             raise APIError.model_not_found(model, self.served, self.roles)
 
     def params_for(
-        self, request: ChatRequest | CompletionRequest, prompt_len: int, top: int, asked: int | None
+        self,
+        request: ChatRequest | CompletionRequest,
+        prompt_len: int,
+        top: int,
+        asked: int | None,
+        prompts: int = 1,
     ) -> SamplingParams:
+        """The engine's sampling parameters for a request of `prompts` prompts, the longest `prompt_len`
+        tokens long; a 400 when it would start more sequences than `limits.max_sequences`."""
+        self.limits.check_sequences(prompts, request.n)
         engine = self.engine
         max_tokens = asked if asked is not None else max(1, engine.max_model_len - prompt_len)
         if asked is None and self.default_max_tokens is not None:

@@ -11,7 +11,6 @@ route, and is installed on a server that has the episode store the agent records
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lightning_sdk.serving.app import RouteInstaller
 from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.limits import read_json_body
 from lightning_sdk.tracing.rewards.feedback import Feedback, feedback_field_problem
 from lightning_sdk.tracing.store import EpisodeStore, UnknownEpisode
 
@@ -92,15 +92,9 @@ def feedback_routes(store: EpisodeStore, reward_range: tuple[float, float] | Non
 
 
 async def _feedback_body(request: Request) -> FeedbackRequest:
-    raw = await request.body()
-    if len(raw) > MAX_FEEDBACK_BYTES:
-        raise APIError(413, f"A feedback body is at most {MAX_FEEDBACK_BYTES} bytes.", code="body_too_large")
+    body = await read_json_body(request, MAX_FEEDBACK_BYTES)  # 413 past the bound, 400 for bad JSON
     try:
-        return FeedbackRequest.model_validate(json.loads(raw))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise APIError.bad_request(
-            f"The request body is not valid JSON: {error}", code="invalid_json"
-        ) from None
+        return FeedbackRequest.model_validate(body)
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "body"

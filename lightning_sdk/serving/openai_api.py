@@ -18,7 +18,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from lightning_sdk.serving.chat.api import serve_chat, serve_completions
-from lightning_sdk.serving.context import ServingContext
+from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext
+from lightning_sdk.serving.disconnect import until_disconnected
 from lightning_sdk.serving.messages.api import count_message_tokens, serve_messages
 from lightning_sdk.serving.passthrough.forward import Forward
 from lightning_sdk.serving.responses.api import serve_responses
@@ -66,16 +67,29 @@ class OpenAIAPI:
     def models(self) -> dict[str, Any]:
         """`GET /v1/models`: the model served, and each role with an adapter of its own."""
         ctx = self.ctx
-        entry = {
-            "id": ctx.served,
+        entry = self._model_entry()
+        roles = [{**entry, "id": role, "parent": ctx.served} for role in sorted(ctx.roles)]
+        return {"object": "list", "data": [entry, *roles]}
+
+    def model(self, model_id: str) -> dict[str, Any] | None:
+        """`GET /v1/models/<id>` of a model this server serves (its name, an alias, a role), else `None`."""
+        ctx = self.ctx
+        if model_id == ctx.served or model_id in MODEL_ALIASES:
+            return {**self._model_entry(), "id": model_id}
+        if model_id in ctx.roles:
+            return {**self._model_entry(), "id": model_id, "parent": ctx.served}
+        return None
+
+    def _model_entry(self) -> dict[str, Any]:
+        engine = self.ctx.engine
+        return {
+            "id": self.ctx.served,
             "object": "model",
             "created": 0,
             "owned_by": "lightning-sdk",
-            "max_model_len": ctx.engine.max_model_len,
-            "weight_version": ctx.engine.weight_version,
+            "max_model_len": engine.max_model_len,
+            "weight_version": engine.weight_version,
         }
-        roles = [{**entry, "id": role, "parent": ctx.served} for role in sorted(ctx.roles)]
-        return {"object": "list", "data": [entry, *roles]}
 
     async def pass_through(self, request: Request, path: str) -> Any:
         """Any other `/v1/<path>` request: to the upstream API, or a 404 that says how to name one."""
@@ -94,14 +108,22 @@ def openai_api(app: FastAPI) -> OpenAIAPI:
 
 
 def install_openai_routes(app: FastAPI, api: OpenAIAPI) -> None:
-    """`GET /v1/models` and `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`, `/v1/messages`
-    and `/v1/messages/count_tokens`, behind the key; `openai_api(app)` returns `api` afterwards."""
+    """`GET /v1/models` (and `/v1/models/<id>`) and `POST /v1/chat/completions`, `/v1/completions`,
+    `/v1/responses`, `/v1/messages` and `/v1/messages/count_tokens`, behind the key; `openai_api(app)`
+    returns `api` afterwards. A generating route whose client goes away stops its generation
+    (`lightning_sdk.serving.disconnect`)."""
     app.state.openai_api = api
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         api.ctx.authorize(request)
         return api.models()
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str, request: Request) -> Any:
+        api.ctx.authorize(request)
+        # Another model's entry is the upstream's to answer (a pass-through route by default), or a 404.
+        return api.model(model_id) or await api.pass_through(request, f"models/{model_id}")
 
     for kind, path in API_PATHS.items():
         app.add_api_route(f"/v1{path}", _route(api, kind), methods=["POST"], name=kind)
@@ -113,7 +135,8 @@ def install_openai_routes(app: FastAPI, api: OpenAIAPI) -> None:
 
 def _route(api: OpenAIAPI, kind: ApiKind) -> Callable[[Request], Awaitable[Any]]:
     async def route(request: Request) -> Any:
-        return await api.serve(kind, await api.ctx.read_json(request), role=request.headers.get(ROLE_HEADER))
+        body = await api.ctx.read_json(request)
+        return await until_disconnected(request, api.serve(kind, body, role=request.headers.get(ROLE_HEADER)))
 
     return route
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -21,6 +22,7 @@ from lightning_sdk.tracing.store import EpisodeStore
 
 if TYPE_CHECKING:
     from lightning_sdk.serving.app import RouteInstaller
+    from lightning_sdk.serving.limits import RequestLimits
     from lightning_sdk.serving.passthrough.upstream import Upstream
 
 __all__ = ["ServerHandle", "serve", "start_server"]
@@ -87,6 +89,7 @@ def start_server(
     upstream_setting: str | None = None,
     tool_parser: str = "hermes",
     roles: Sequence[str] = (),
+    limits: RequestLimits | None = None,
 ) -> ServerHandle:
     """Serve an existing engine in a background thread and return once it accepts connections.
 
@@ -102,7 +105,7 @@ def start_server(
         startup_timeout: Seconds to wait for the server to come up.
         sampling_policy: Server-side sampling overrides (the trainer's rollout and evaluation settings).
         routes: More routes behind the same key (`lightning_sdk.serving.app.RouteInstaller`).
-        upstream: Where other `/v1/...` requests (`/v1/embeddings`, ...) go
+        upstream: Where the requests of its pass-through routes (`/v1/embeddings`, ...) go
             (`lightning_sdk.serving.Upstream`); without one they get a 404 whose message ends with
             `upstream_setting`.
         upstream_setting: How the caller names an upstream (default: `serve(upstream=...)` and `--upstream`).
@@ -110,6 +113,8 @@ def start_server(
             (`lightning_sdk.serving.tools.parsers`).
         roles: Roles whose adapters the engine serves (`Engine.load_adapter(..., role=...)`): a request
             picks one with `model="<role>"` (or the `x-lightning-role` header our recording side sends).
+        limits: What one request may ask on every route: body size, JSON depth, sequences started
+            (`lightning_sdk.serving.limits.RequestLimits`; default `RequestLimits()`).
     """
     import uvicorn
 
@@ -128,6 +133,7 @@ def start_server(
         upstream_setting=upstream_setting or SERVE_UPSTREAM_SETTING,
         tool_parser=tool_parser,
         roles=roles,
+        limits=limits,
     )
     sock = _listening_socket(host, port)
     bound_port = sock.getsockname()[1]
@@ -177,6 +183,8 @@ def serve(
     tool_parser: str = "hermes",
     store: EpisodeStore | str | os.PathLike[str] | None = None,
     reward_range: tuple[float, float] | None = None,
+    passthrough_routes: Sequence[str] | None = None,
+    limits: RequestLimits | None = None,
     **engine_options: Any,
 ) -> ServerHandle:
     """Serve a model (and optionally a trained LoRA adapter) through an OpenAI-compatible endpoint.
@@ -199,15 +207,21 @@ def serve(
         api_key: Bearer key; random when not given (read it from `handle.endpoint.api_key`).
         block: Serve until Ctrl+C instead of returning the handle right away.
         default_max_tokens: Completion length when a request sets no `max_tokens`.
-        upstream: An OpenAI-compatible API for the requests this server does not serve (`/v1/embeddings`,
-            ...): an `Upstream`, or a base URL whose key is read from `OPENAI_API_KEY`. Without one such
-            requests get a 404 that says so.
+        upstream: An OpenAI-compatible API for the inference requests this server does not serve
+            (`/v1/embeddings`, ...): an `Upstream`, or a base URL whose key is read from `OPENAI_API_KEY`.
+            Without one such requests get a 404 that says so.
         tool_parser: The tool-call format the model writes: `"hermes"` (default; the bundled model's) or a
             vLLM `--tool-call-parser` name such as `"llama3_json"`, `"mistral"`, `"qwen3_xml"`.
         store: The episode store your agents record into (`ls.configure(store=...)`), an
             `EpisodeStore` or a path: the server then takes rewards that arrive later at
             `POST /v1/episodes/<id>/feedback` (`lightning_sdk.serving.feedback_routes`).
         reward_range: With `store`, refuse feedback rewards outside `(low, high)`.
+        passthrough_routes: The requests passed through to `upstream`, as `"METHOD /v1/path"` (`*` for one
+            segment); default `lightning_sdk.PASSTHROUGH_ROUTES`, the inference routes an agent's model
+            client calls (`(*ls.PASSTHROUGH_ROUTES, "POST /v1/files")` adds one; `()` passes none). Any
+            other request gets a 404 naming this setting.
+        limits: What one request may ask: body size, JSON depth, sequences started
+            (`lightning_sdk.serving.limits.RequestLimits`; default `RequestLimits()`).
         engine_options: Passed to the engine (`max_model_len`, `dtype`, ...).
 
     Returns:
@@ -218,6 +232,8 @@ def serve(
 
     if isinstance(upstream, str):
         upstream = Upstream(upstream.rstrip("/"), os.environ.get("OPENAI_API_KEY"))
+    if upstream is not None and passthrough_routes is not None:
+        upstream = dataclasses.replace(upstream, routes=tuple(passthrough_routes))
     if port:  # a taken port should fail now, not after the model has loaded
         _listening_socket(host, port).close()
     roles = role_adapter_names(adapter) if adapter is not None else []
@@ -253,6 +269,7 @@ def serve(
             tool_parser=tool_parser,
             roles=roles,
             routes=routes,
+            limits=limits,
         )
     except BaseException:
         built.shutdown()

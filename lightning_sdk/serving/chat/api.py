@@ -96,7 +96,7 @@ async def serve_completions(ctx: ServingContext, body: Any, observe: ServedObser
     req: CompletionRequest = ctx.parse(body, CompletionRequest)
     prompts = _prompt_ids(tokenizer, req.prompt)
     want_logprobs, top = requested_top_logprobs(req)
-    params = ctx.params_for(req, max(len(p) for p in prompts), top, req.max_tokens)
+    params = ctx.params_for(req, max(len(p) for p in prompts), top, req.max_tokens, prompts=len(prompts))
     meta = ResponseMeta("cmpl", ctx.served, engine.weight_version)
     if req.stream:
         _, deltas = await run_engine(first_and_rest(merged_streams(engine, prompts, params)))

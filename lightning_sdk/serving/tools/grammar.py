@@ -15,20 +15,33 @@ the tokens that would break the Hermes call format or the schema. The grammar de
   closing tag. A forced call is always a well-formed call of a tool offered (vLLM's own server constrains
   a forced `tool_choice` the same way): without the grammar a small model may answer it with text.
 
-Tools without `strict` get "any JSON object" as their arguments. JSON is compact (no free whitespace), as
-for structured outputs. Grammars are in the Lark dialect of llguidance, the vLLM backend that runs them.
+Under a grammar, a call's arguments follow its tool's own `parameters` schema, strict or not, as vLLM's
+named and required tool choice do: asked for `add(a: int, b: int)`, the model writes integers `a` and
+`b`, not any object it likes. `strict` adds nothing to the schema: it only makes the server refuse a schema
+that leaves an object open (`strict.py`), so a strict call cannot carry keys of its own. A tool without
+`parameters` takes any object. A schema the grammar backend cannot compile (`compile_problem`) is refused
+with a 400 for a strict tool, whose promise the server could not keep; a tool without `strict` is served
+with "any JSON object" as its arguments instead, and one log line names the tool.
+
+JSON is compact (no free whitespace), as for structured outputs. Grammars are in the Lark dialect of
+llguidance, the vLLM backend that runs them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.tools.calls import TOOL_CALL_END, TOOL_CALL_START
 
-__all__ = ["tool_grammar"]
+__all__ = ["compile_problem", "tool_grammar"]
+
+log = logging.getLogger(__name__)
 
 _COMPACT = {"x-guidance": {"whitespace_flexible": False}}
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
@@ -76,9 +89,48 @@ _OPEN = f"OPEN: /(.|\\n)*{_TAG}\\n/ & ~/(.|\\n)*{_TAG}(.|\\n)*{_TAG}\\n/"
 
 
 def _arguments_schema(tool: dict[str, Any]) -> dict[str, Any]:
+    """The schema a call's arguments are generated under: the tool's `parameters` (module docstring)."""
     function = tool["function"]
-    schema = function.get("parameters") if function.get("strict") else None
-    return dict(schema) if isinstance(schema, Mapping) else dict(_ANY_OBJECT)
+    schema = function.get("parameters")
+    if not isinstance(schema, Mapping):
+        return dict(_ANY_OBJECT)
+    problem = compile_problem(json.dumps({**schema, **_COMPACT}, sort_keys=True))
+    if problem is None:
+        return dict(schema)
+    if function.get("strict"):
+        raise APIError.bad_request(
+            f"The grammar backend cannot compile the parameters of the strict tool {function['name']!r}, so "
+            f"the server cannot keep the promise of strict: {problem}. Simplify the schema, or drop 'strict' "
+            "(the call's arguments are then any JSON object).",
+            param="tools",
+        )
+    _log_fallback(function["name"], problem)
+    return dict(_ANY_OBJECT)
+
+
+@functools.lru_cache(maxsize=256)
+def compile_problem(schema_json: str) -> str | None:
+    """Why llguidance, the engine's grammar backend (`lightning_sdk.engine.vllm_args`), cannot compile the
+    JSON schema `schema_json`; `None` when it can, or when llguidance is not installed (no engine here
+    constrains decoding then). Cached: agents send the same tools with every request."""
+    try:
+        from llguidance import LLMatcher
+    except ImportError:
+        return None
+    grammar = LLMatcher.grammar_from_lark(f"start: %json {schema_json}\n")
+    problem = LLMatcher.validate_grammar(grammar)
+    return problem.strip().splitlines()[0] if problem.strip() else None  # the line that says what
+
+
+@functools.lru_cache(maxsize=256)
+def _log_fallback(name: str, problem: str) -> None:
+    """One log line per tool and problem, however many requests send it."""
+    log.warning(
+        "tool %r: the grammar backend cannot compile its parameters schema (%s); its calls' arguments are "
+        "generated as any JSON object",
+        name,
+        problem,
+    )
 
 
 def _opening(tool: dict[str, Any]) -> str:

@@ -25,9 +25,11 @@ TRAINER_UPSTREAM_SETTING = (
 
 def trainer_upstream(config: TrainerConfig) -> Upstream | None:
     """The API that receives the agent's requests the policy does not serve (see `upstream_base_url`)."""
+    routes = tuple(config.passthrough_routes)
     if config.upstream_base_url is not None:
-        return Upstream(config.upstream_base_url.rstrip("/"), os.environ.get(config.upstream_api_key_env))
-    upstream = Upstream.from_environment(key_variable=config.upstream_api_key_env)
+        key = os.environ.get(config.upstream_api_key_env)
+        return Upstream(config.upstream_base_url.rstrip("/"), key, routes)
+    upstream = Upstream.from_environment(key_variable=config.upstream_api_key_env, routes=routes)
     if upstream is not None:
         log.info("the agent's requests for other OpenAI routes pass through to %s", upstream.base_url)
     return upstream
