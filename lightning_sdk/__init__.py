@@ -30,22 +30,16 @@ from lightning_sdk.tracing import (
     Episode,
     EpisodeStore,
     EpisodeStoreFull,
-    Judge,
     LLMCall,
     capture,
     configure,
     current_episode,
     emit_reward,
     feedback,
-    import_traces,
-    instrument_anthropic,
-    instrument_openai,
     last_episode,
     reward,
     run_in_episode,
     trace_agent,
-    uninstrument_anthropic,
-    uninstrument_openai,
 )
 from lightning_sdk.version import __version__ as __version__
 
@@ -55,6 +49,10 @@ if TYPE_CHECKING:
     from lightning_sdk.serving.limits import RequestLimits
     from lightning_sdk.serving.passthrough.routes import PASSTHROUGH_ROUTES
     from lightning_sdk.serving.server import serve
+    from lightning_sdk.tracing.capture.anthropic_client import instrument_anthropic, uninstrument_anthropic
+    from lightning_sdk.tracing.capture.openai_client import instrument_openai, uninstrument_openai
+    from lightning_sdk.tracing.formats.trace_files import import_traces
+    from lightning_sdk.tracing.rewards.judge import Judge
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.trainer import Trainer
 
@@ -89,8 +87,16 @@ __all__ = [
     "uninstrument_openai",
 ]
 
-# Heavy parts of the public API, imported on first attribute access so `import lightning_sdk` stays fast.
+# Heavy parts of the public API, imported on first attribute access so `import lightning_sdk` stays fast:
+# the engine and trainer (torch, vLLM), and on the recording side the client capture, the trace import and
+# the judge, which an agent may never use (benchmarks/import_time.py measures the import).
 _LAZY = {
+    "instrument_anthropic": "lightning_sdk.tracing.capture.anthropic_client",
+    "uninstrument_anthropic": "lightning_sdk.tracing.capture.anthropic_client",
+    "instrument_openai": "lightning_sdk.tracing.capture.openai_client",
+    "uninstrument_openai": "lightning_sdk.tracing.capture.openai_client",
+    "import_traces": "lightning_sdk.tracing.formats.trace_files",
+    "Judge": "lightning_sdk.tracing.rewards.judge",
     "LLMEndpoint": "lightning_sdk.serving.endpoint",
     "PASSTHROUGH_ROUTES": "lightning_sdk.serving.passthrough.routes",
     "RequestLimits": "lightning_sdk.serving.limits",

@@ -242,3 +242,18 @@ def test_the_explorer_loads_no_torch_transformers_or_vllm(module: str) -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+def test_importing_the_package_loads_no_client_engine_or_capture() -> None:
+    # An agent process imports the package first; the clients and their capture load with the first
+    # traced call (benchmarks/import_time.py measures the import itself).
+    script = (
+        "import sys, lightning_sdk;"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'vllm', 'transformers', 'peft', 'openai', 'anthropic', 'httpx', 'pydantic')"
+        " or m.startswith(('lightning_sdk.tracing.capture', 'lightning_sdk.training',"
+        " 'lightning_sdk.serving'))];"
+        "print(','.join(sorted(heavy)))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""

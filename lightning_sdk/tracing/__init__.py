@@ -1,11 +1,15 @@
 """The recording side: episodes, decorators, openai and anthropic capture and the episode store.
 
 Pure Python plus the `openai` client (and `anthropic`'s when installed); nothing here imports torch,
-transformers or vLLM.
+transformers or vLLM. The client capture, the trace import and the judge load on first use (the names
+below are resolved by `__getattr__`), so importing this package stays fast for an agent that uses none.
 """
 
-from lightning_sdk.tracing.capture.anthropic_client import instrument_anthropic, uninstrument_anthropic
-from lightning_sdk.tracing.capture.openai_client import instrument_openai, uninstrument_openai
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from lightning_sdk.tracing.config import configure
 from lightning_sdk.tracing.context import (
     ContextThreadPoolExecutor,
@@ -18,11 +22,15 @@ from lightning_sdk.tracing.context import (
 )
 from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.tracing.formats.otlp_messages import TraceImportError
-from lightning_sdk.tracing.formats.trace_files import import_traces
 from lightning_sdk.tracing.rewards.feedback import Feedback, feedback
-from lightning_sdk.tracing.rewards.judge import Judge
 from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull, StoreVersionError, UnknownEpisode
+
+if TYPE_CHECKING:
+    from lightning_sdk.tracing.capture.anthropic_client import instrument_anthropic, uninstrument_anthropic
+    from lightning_sdk.tracing.capture.openai_client import instrument_openai, uninstrument_openai
+    from lightning_sdk.tracing.formats.otlp_messages import TraceImportError
+    from lightning_sdk.tracing.formats.trace_files import import_traces
+    from lightning_sdk.tracing.rewards.judge import Judge
 
 __all__ = [
     "ContextThreadPoolExecutor",
@@ -52,3 +60,27 @@ __all__ = [
     "uninstrument_anthropic",
     "uninstrument_openai",
 ]
+
+# Loaded on first attribute access: each costs milliseconds an agent that never uses it should not pay.
+_LAZY = {
+    "instrument_anthropic": "lightning_sdk.tracing.capture.anthropic_client",
+    "uninstrument_anthropic": "lightning_sdk.tracing.capture.anthropic_client",
+    "instrument_openai": "lightning_sdk.tracing.capture.openai_client",
+    "uninstrument_openai": "lightning_sdk.tracing.capture.openai_client",
+    "TraceImportError": "lightning_sdk.tracing.formats.otlp_messages",
+    "import_traces": "lightning_sdk.tracing.formats.trace_files",
+    "Judge": "lightning_sdk.tracing.rewards.judge",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lightning_sdk.tracing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

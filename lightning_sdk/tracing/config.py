@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
-from lightning_sdk.tracing.capture import anthropic_client, openai_client
 from lightning_sdk.tracing.context import add_finish_hook, remove_finish_hook
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.errors import logger, report_internal_error
@@ -66,12 +66,21 @@ def configure(
     _settings = Settings(
         store=new_store, run_id=run_id, instrument_openai=instrument_openai, owns_store=opened
     )
-    openai_client.set_auto_instrument(instrument_openai)
-    anthropic_client.set_auto_instrument(instrument_openai)
+    # A capture module not loaded yet has nothing to switch: traced agents read the setting before they
+    # load it (`decorators._switch_client_capture_on`), which keeps the capture off the import path.
+    for name in _CAPTURE_MODULES:
+        capture = sys.modules.get(name)
+        if capture is not None:
+            capture.set_auto_instrument(instrument_openai)
     if new_store is not None:
         add_finish_hook(_persist)
     return _settings
 
+
+_CAPTURE_MODULES = (
+    "lightning_sdk.tracing.capture.openai_client",
+    "lightning_sdk.tracing.capture.anthropic_client",
+)
 
 _warned_full: set[EpisodeStore] = set()
 

@@ -14,8 +14,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
-from lightning_sdk.tracing.capture.anthropic_client import ensure_anthropic_instrumented
-from lightning_sdk.tracing.capture.openai_client import ensure_openai_instrumented
 from lightning_sdk.tracing.config import current_settings
 from lightning_sdk.tracing.context import (
     current_episode,
@@ -59,14 +57,25 @@ def trace_agent(fn: Callable[P, R] | None = None, /, *, name: str | None = None)
     return _traced(fn, name=name)
 
 
+def _switch_client_capture_on() -> None:
+    """Install the openai and anthropic capture at a traced agent's first call. The capture modules load
+    here, not with the package, so `import lightning_sdk` does not pay for clients an agent may never use
+    (after the first call these imports are dictionary look-ups)."""
+    from lightning_sdk.tracing.capture.anthropic_client import ensure_anthropic_instrumented
+    from lightning_sdk.tracing.capture.openai_client import ensure_openai_instrumented
+
+    ensure_openai_instrumented()
+    ensure_anthropic_instrumented()
+
+
 def _traced(fn: Callable[P, R], name: str | None) -> Callable[P, R]:
     agent_name = name or getattr(fn, "__qualname__", None) or repr(fn)
     task_of = _task_reader(fn)
 
     def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _AgentRun | None:
         with never_break_the_agent(f"starting an episode of {agent_name}"):
-            ensure_openai_instrumented()
-            ensure_anthropic_instrumented()
+            if current_settings().instrument_openai:
+                _switch_client_capture_on()
             return _AgentRun(agent_name, task_of(args, kwargs))
         return None
 
