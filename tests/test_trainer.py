@@ -392,8 +392,8 @@ def test_step_credit_trains_and_records_each_calls_parts(engine: Any, tmp_path: 
     assert record["advantage_episode_abs_mean"] > 0 and record["advantage_step_abs_mean"] > 0
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
         calls = [call for episode in store.episodes() for call in episode.all_calls()]
-    credits = [call.metadata["credit"] for call in calls if call.metadata.get("credit", {}).get("advantage")]
-    assert credits and all(credit["rule"] == "step" for credit in credits)
+    credits = [call.metadata for call in calls if call.metadata.get("trained")]
+    assert credits and all(credit["credit_rule"] == "step" for credit in credits)
     for credit in credits:
         parts = credit["episode_advantage"] + 0.5 * credit["step_advantage"]
         assert credit["advantage"] == pytest.approx(parts) and credit["step_group_size"] >= 1

@@ -9,7 +9,7 @@ import pytest
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.store import EpisodeStore
 from lightning_sdk.training.algorithm.advantages import group_advantages
-from lightning_sdk.training.algorithm.prepare import prepare_group, samples_from_groups
+from lightning_sdk.training.algorithm.prepare import CALL_CREDIT_KEYS, prepare_group, samples_from_groups
 from lightning_sdk.training.algorithm.step_credit import (
     episode_total,
     prompt_state,
@@ -138,20 +138,26 @@ def test_prepare_group_leaves_untrained_calls_out_and_records_each_calls_credit(
     assert prepared.step is not None and prepared.step.group_sizes == [[2], [2, 1]]
     # Root: 1 - 0 and 0 - 1 on top of +-0.5; the lone P1 call keeps its episode part.
     assert flat(prepared.advantages) == pytest.approx([1.5, -1.5, -0.5])
-    credit = group[1].calls[0].metadata["credit"]
+    credit = {key: group[1].calls[0].metadata.get(key) for key in CALL_CREDIT_KEYS}
     assert credit == {
-        "rule": "step",
-        "reward": 0.0,
+        "credit_rule": "step",
+        "credited_reward": 0.0,
         "advantage": pytest.approx(-1.5),
+        "trained": True,
+        "untrained_reason": None,
         "episode_advantage": pytest.approx(-0.5),
         "step_advantage": pytest.approx(-1.0),
         "step_group_size": 2,
     }
-    assert "credit" not in group[0].calls[1].metadata  # untrained: nothing recorded
+    assert group[1].metadata["advantage"] == pytest.approx(-0.5)  # the episode part
+    untrained = group[0].calls[1].metadata
+    assert untrained["trained"] is False and untrained["untrained_reason"] == "other_endpoint"
+    assert "advantage" not in untrained and "step_advantage" not in untrained
     with EpisodeStore(tmp_path / "episodes.sqlite") as store:  # the run folder's store keeps it per call
         store.add_many(group)
-        stored = {c.id: c.metadata.get("credit") for e in store.episodes() for c in e.all_calls()}
+        stored = {c.id: c.metadata for e in store.episodes() for c in e.all_calls()}
     assert stored[group[1].calls[0].id]["step_advantage"] == pytest.approx(-1.0)
+    assert stored[group[0].calls[1].id]["untrained_reason"] == "other_endpoint"
 
     batch = samples_from_groups([prepared], config)
     assert [sample.advantages[0] for sample in batch.samples] == pytest.approx([1.5, -1.5, -0.5])
@@ -166,7 +172,18 @@ def test_other_rules_record_their_credit_and_report_no_step_metrics() -> None:
     group = [episode(1.0, [call(1, P0)]), episode(0.0, [call(1, P0)]), episode(0.0, [call(1, P0)])]
     prepared = prepare_group(group, config, endpoint_base_url=ENDPOINT)
     assert flat(prepared.advantages) == pytest.approx([1.0, -0.5, -0.5])
-    assert group[0].calls[0].metadata["credit"] == {"rule": "equal", "reward": 1.0, "advantage": 1.0}
+    recorded = {key: group[0].calls[0].metadata.get(key) for key in CALL_CREDIT_KEYS}
+    assert recorded == {
+        "credit_rule": "equal",
+        "credited_reward": 1.0,
+        "advantage": 1.0,
+        "trained": True,
+        "untrained_reason": None,
+        "episode_advantage": None,
+        "step_advantage": None,
+        "step_group_size": None,
+    }
+    assert [e.metadata["advantage"] for e in group] == pytest.approx([1.0, -0.5, -0.5])
     assert "step_group_share" not in samples_from_groups([prepared], config).metrics
 
 
@@ -175,7 +192,13 @@ def test_a_group_with_equal_totals_is_skipped_and_records_no_advantage() -> None
     group = [episode(1.0, [call(1, P0), call(2, P1)]), episode(1.0, [call(1, P0), call(2, P2)])]
     prepared = prepare_group(group, config, endpoint_base_url=ENDPOINT)
     assert prepared.skipped == "no_spread" and prepared.advantages is None
-    assert group[0].calls[1].metadata["credit"] == {"rule": "step", "reward": 1.0, "advantage": None}
+    recorded = group[0].calls[1].metadata
+    assert (recorded["credited_reward"], recorded["trained"], recorded["untrained_reason"]) == (
+        1.0,
+        False,
+        "no_spread",
+    )
+    assert "advantage" not in recorded and "advantage" not in group[0].metadata
     metrics = samples_from_groups([prepared], config).metrics
     assert math.isnan(metrics["step_group_share"]) and metrics["samples"] == 0
 
@@ -265,3 +288,14 @@ def test_imported_calls_are_keyed_after_retokenizing_as_a_rollout_would_be(bundl
         prompt_token_ids=render_chat(tokenizer, [{"role": "user", "content": "What is 2 + 2?"}], [])
     )
     assert prompt_state(group[0].calls[0]) == prompt_state(served)
+
+
+def test_calls_left_untrained_say_why() -> None:
+    config = TrainerConfig(credit="last")
+    failed = episode(1.0, [call(1, P0)])
+    failed.error = {"type": "RuntimeError", "message": "boom", "traceback": ""}
+    group = [episode(1.0, [call(1, P0), call(2, P1)]), episode(0.0, [call(1, P0), call(2, P1)]), failed]
+    prepare_group(group, config, endpoint_base_url=ENDPOINT)
+    reasons = [[c.metadata.get("untrained_reason") for c in e.calls] for e in group]
+    assert reasons == [["credit_none", None], ["credit_none", None], ["episode_dropped"]]
+    assert [c.metadata["trained"] for c in group[0].calls] == [False, True]

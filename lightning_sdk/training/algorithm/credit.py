@@ -40,6 +40,7 @@ __all__ = [
     "count_untrained_calls",
     "episode_return",
     "select_trainable_calls",
+    "untrained_reasons",
 ]
 
 AgentFilter = Sequence[str] | str | None
@@ -202,6 +203,23 @@ def select_trainable_calls(
         for call, owner in calls_with_owner(episode)
         if _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters) is None
     ]
+
+
+def untrained_reasons(
+    episode: Episode,
+    train_agents: AgentFilter = None,
+    endpoint_base_url: str | None = None,
+    model: str | None = None,
+    adapters: Collection[str] | None = None,
+) -> dict[str, str]:
+    """Why each call of an episode that `select_trainable_calls` leaves out is left out, by call id (the
+    reasons of `count_untrained_calls`)."""
+    matcher = _agent_matcher(train_agents)
+    reasons = {
+        call.id: _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters)
+        for call, owner in calls_with_owner(episode)
+    }
+    return {call_id: reason for call_id, reason in reasons.items() if reason is not None}
 
 
 def count_untrained_calls(

@@ -12,7 +12,7 @@ one call:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ from lightning_sdk.training.algorithm.credit import (
     assign_credit,
     count_untrained_calls,
     select_trainable_calls,
+    untrained_reasons,
 )
 from lightning_sdk.training.algorithm.samples import Sample, build_samples
 from lightning_sdk.training.algorithm.step_credit import StepCredit, step_credit
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
 
 __all__ = [
+    "CALL_CREDIT_KEYS",
     "PreparedBatch",
     "PreparedGroup",
     "apply_error_policy",
@@ -151,6 +153,13 @@ def prepare_group(
     roles = config.role_adapters()
     adapters = roles.adapters if roles is not None else None
     untrained = count_untrained_calls(kept, config.train_agents, endpoint_base_url, model, adapters)
+    left_out = {
+        call_id: reason
+        for episode in kept
+        for call_id, reason in untrained_reasons(
+            episode, config.train_agents, endpoint_base_url, model, adapters
+        ).items()
+    }
     calls = [
         select_trainable_calls(episode, config.train_agents, endpoint_base_url, model, adapters)
         for episode in kept
@@ -181,27 +190,70 @@ def prepare_group(
             baseline=config.episode_baseline,
         )
         prepared = PreparedGroup(list(group), kept, counts, untrained, calls, rewards, advantages, skipped)
-    record_call_credit(prepared, config.credit)
+    record_call_credit(prepared, config.credit, left_out)
     return prepared
 
 
-def record_call_credit(group: PreparedGroup, rule: object) -> None:
-    """Write each trained call's credit into `call.metadata["credit"]`, so the run folder's episode store
-    keeps it beside the call: `rule`, `reward` (credited), `advantage` (None: not trained, or the group
-    had no signal) and, under `credit="step"`, `episode_advantage`, `step_advantage` (before the weight)
-    and `step_group_size`."""
+CALL_CREDIT_KEYS = (
+    "credit_rule",
+    "credited_reward",
+    "advantage",
+    "trained",
+    "untrained_reason",
+    "episode_advantage",
+    "step_advantage",
+    "step_group_size",
+)
+"""The keys of `LLMCall.metadata` that `record_call_credit` writes (the run explorer reads them)."""
+
+
+def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str, str] | None = None) -> None:
+    """Write what credit assignment made of each call into its `metadata`, so the run folder's episode
+    store keeps it beside the call (and the run explorer shows it).
+
+    Every call of the group's episodes gets `credit_rule` and `trained` (True when it has an advantage; a
+    group that dynamic sampling leaves over, or a sample over `max_sample_tokens`, is still marked);
+    a trained call `credited_reward` and `advantage`; a call without one `untrained_reason`: why
+    `select_trainable_calls` left it out (`left_out`, by call id), `episode_dropped` (the error policy
+    dropped its episode), `credit_none` (the rule gave it no reward) or the group's skip reason
+    (`no_spread`, `too_few_episodes`). Under `credit="step"` a call with an advantage also gets
+    `episode_advantage` (E), `step_advantage` (S, before the weight) and `step_group_size`. Each episode
+    gets `metadata["advantage"]`: under `"step"` its episode part, else the mean of its calls'.
+    """
     name = rule if isinstance(rule, str) else getattr(rule, "__qualname__", repr(rule))
+    left_out = left_out or {}
+    kept = {id(episode) for episode in group.kept}
+    for episode in group.episodes:
+        episode.metadata.pop("advantage", None)  # a group prepared again (dynamic sampling) starts clean
+        for call in episode.all_calls():
+            for key in CALL_CREDIT_KEYS:
+                call.metadata.pop(key, None)
+            call.metadata.update(credit_rule=name, trained=False)
+            if id(episode) not in kept:
+                call.metadata["untrained_reason"] = "episode_dropped"
+            elif call.id in left_out:
+                call.metadata["untrained_reason"] = left_out[call.id]
     step = group.step
-    for index, (calls, rewards) in enumerate(zip(group.calls, group.rewards, strict=True)):
+    for index, (episode, calls, rewards) in enumerate(
+        zip(group.kept, group.calls, group.rewards, strict=True)
+    ):
         advantages = group.advantages[index] if group.advantages is not None else [None] * len(calls)
         for position, (call, reward, advantage) in enumerate(zip(calls, rewards, advantages, strict=True)):
-            record: dict[str, object] = {"rule": name, "reward": reward, "advantage": advantage}
+            call.metadata["credited_reward"] = reward
+            if advantage is None:
+                call.metadata["untrained_reason"] = group.skipped or "credit_none"
+                continue
+            call.metadata.update(trained=True, advantage=advantage)
             if step is not None and step.episode_part is not None:
                 assert step.step_part is not None and step.group_sizes is not None
-                record["episode_advantage"] = step.episode_part[index][position]
-                record["step_advantage"] = step.step_part[index][position]
-                record["step_group_size"] = step.group_sizes[index][position]
-            call.metadata["credit"] = record
+                call.metadata["episode_advantage"] = step.episode_part[index][position]
+                call.metadata["step_advantage"] = step.step_part[index][position]
+                call.metadata["step_group_size"] = step.group_sizes[index][position]
+        trained = [value for value in advantages if value is not None]
+        if step is not None and step.episode_part is not None and step.episode_part[index]:
+            episode.metadata["advantage"] = step.episode_part[index][0]
+        elif trained:
+            episode.metadata["advantage"] = math.fsum(trained) / len(trained)
 
 
 def group_has_signal(
