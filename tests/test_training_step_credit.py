@@ -239,6 +239,8 @@ def test_bad_state_keys_and_calls_without_ids_are_refused_clearly() -> None:
     calls = [list(e.calls) for e in group]
     with pytest.raises(TypeError, match=r"state_key .* returned list .* not hashable"):
         step_groups(group, calls, state_key=lambda c: list(c.prompt_token_ids or []))
+    with pytest.raises(ValueError, match=r"state_key .*<lambda> raised KeyError on call .* the first ones"):
+        step_groups(group, calls, state_key=lambda c: c.metadata["tool_result"])
     with pytest.raises(ValueError, match=r"no prompt token ids.*retokenize\.call_token_ids"):
         prompt_state(LLMCall(messages=[{"role": "user", "content": "q"}], text="a"))
     with pytest.raises(ValueError, match="state_key is set but credit='equal'"):

@@ -126,11 +126,20 @@ def step_groups(
 
 
 def _checked_key(key_of: StateKey, call: LLMCall) -> Hashable:
-    key = key_of(call)
+    name = getattr(key_of, "__qualname__", repr(key_of))
+    try:
+        key = key_of(call)
+    except Exception as error:
+        if key_of is prompt_state:
+            raise
+        # The user's function met a call it did not expect (no tool result yet, say): name the call.
+        raise ValueError(
+            f"state_key {name} raised {type(error).__name__} on call {call.id} of agent "
+            f"{call.agent_name!r}: {error}. It is called on every trained call, the first ones included."
+        ) from error
     try:
         hash(key)
     except TypeError:
-        name = getattr(key_of, "__qualname__", repr(key_of))
         raise TypeError(
             f"state_key {name} returned {type(key).__name__} for call {call.id}, which is not hashable; "
             "return a string, a number or a tuple of them (e.g. tuple(...) of a list)."
