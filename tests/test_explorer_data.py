@@ -275,3 +275,22 @@ def test_the_snapshot_stays_within_its_size_and_says_what_it_left_out(run_dir: P
     assert small.count('id="episode-') < whole.count('id="episode-')
     data = json.loads(re.search(r'id="charts-data">(.*?)</script>', whole, re.S).group(1))  # type: ignore[union-attr]
     assert {chart["id"] for chart in data} >= {"reward", "held_out", "signal", "time"}
+
+
+def test_the_warnings_a_run_logged_are_kept_and_shown(tmp_path: Path) -> None:
+    import logging
+
+    from lightning_sdk.training.records.run_warnings_file import keep_warnings, read_warnings
+
+    run = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=1, group_size=2)
+    with keep_warnings(run):
+        logging.getLogger("lightning_sdk.training").warning(
+            "Step %d: %s", 1, f"a route selected no call {HOSTILE}"
+        )
+        logging.getLogger("lightning_sdk.training").info("not a warning")
+    logging.getLogger("lightning_sdk.training").warning("after the run")
+    assert [record["message"] for record in read_warnings(run)] == [
+        f"Step 1: a route selected no call {HOSTILE}"
+    ]
+    page = TestClient(build_app(run)).get("/").text
+    assert "Step 1: a route selected no call &lt;script&gt;" in page

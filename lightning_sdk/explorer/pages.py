@@ -80,6 +80,6 @@ def run_context(source: RunSource) -> dict[str, Any]:
         "last_step": max((int(r["step"]) for r in records), default=None),
         "steps": source.steps(),
         "config_text": json.dumps(source.config(), indent=2, ensure_ascii=False, default=str),
-        "warnings": warnings(records),
+        "warnings": warnings(records, source.logged_warnings()),
         "has_held_out": source.store("evaluations") is not None,
     }

@@ -28,6 +28,7 @@ from lightning_sdk.training.records.report import (
 )
 from lightning_sdk.training.records.run_dir import read_run_info
 from lightning_sdk.training.records.run_episodes import EPISODES_FILE, EVALUATIONS_FILE
+from lightning_sdk.training.records.run_warnings_file import read_warnings
 
 __all__ = ["GROUPS_PER_PAGE", "GroupSort", "RunSource", "charts"]
 
@@ -132,9 +133,10 @@ def charts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def warnings(records: list[dict[str, Any]]) -> list[str]:
-    """What went wrong, read from the step metrics (the run's log is not kept in the folder)."""
-    found = []
+def warnings(records: list[dict[str, Any]], logged: list[dict[str, Any]] | None = None) -> list[str]:
+    """What the run warned about (`warnings.jsonl`), then what went wrong by the step metrics (a run that
+    kept no warnings file still shows these)."""
+    found = [str(record["message"]) for record in logged or []]
     for record in records:
         step = int(record["step"])
         for key, text in (
@@ -186,6 +188,10 @@ class RunSource:
         except (OSError, json.JSONDecodeError):  # written while we read it: shown on the next request
             return {}
         return config if isinstance(config, dict) else {}
+
+    def logged_warnings(self) -> list[dict[str, Any]]:
+        """The warnings the run kept in `warnings.jsonl`."""
+        return read_warnings(self.run_dir)
 
     def success_threshold(self) -> float:
         value = self.config().get("success_threshold", 1.0)

@@ -38,6 +38,7 @@ from lightning_sdk.training.group_rewards import (
 from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
 from lightning_sdk.training.records.live_view import live_view
 from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
+from lightning_sdk.training.records.run_warnings_file import keep_warnings
 from lightning_sdk.training.run.best_adapter import (
     BEST_ADAPTER_DIR,
     SCORE_KEY,
@@ -168,6 +169,7 @@ class Trainer:
         # that ends in any way releases it here.
         with (
             live_view(run_dir, config.explorer),  # its address first: the page follows the run from the start
+            keep_warnings(run_dir),  # run_dir/warnings.jsonl: what the run warned about, for later reading
             TrainingSession.start(
                 self.model, config, run_dir, self.engine_kind, self.engine_options
             ) as session,
