@@ -76,3 +76,27 @@ def test_a_key_file_is_its_owner_s_only_whatever_was_there(tmp_path: Path) -> No
     old.chmod(0o644)
     assert write_key_file(tmp_path, "sk-new") == old
     assert old.read_text() == "sk-new\n" and stat.S_IMODE(old.stat().st_mode) == 0o600
+
+
+def test_no_object_that_holds_the_key_shows_it_in_its_repr() -> None:
+    from lightning_sdk.rollouts.runner.client import TrainerClient
+    from lightning_sdk.rollouts.runners import RunnerLaunch
+    from lightning_sdk.serving import Upstream
+    from lightning_sdk.tracing.routing import Router
+
+    key = "sk-run-key-0123456789"
+    endpoint = LLMEndpoint("http://127.0.0.1:8123/v1", key, "model")
+    holders = [
+        endpoint,
+        Router(endpoint.base_url, key),
+        RunnerLaunch("my_agent:solve", "http://127.0.0.1:8123", key),
+        ls.Runners(api_key=key),
+        ls.TrainerConfig(runners=ls.Runners(api_key=key)),
+        Upstream("https://api.openai.com/v1", key),
+        TrainerClient("http://127.0.0.1:8123", key),
+    ]
+    for holder in holders:
+        assert key not in repr(holder) and key not in str(holder), type(holder).__name__
+    assert endpoint.api_key == key and "http://127.0.0.1:8123/v1" in repr(endpoint)  # still there, and useful
+    assert RunnerLaunch("a:b", "u", key).process_environment()[KEY_VARIABLE] == key
+    assert KEY_VARIABLE not in RunnerLaunch("a:b", "u", key).environment()  # what Ray's runtime_env gets

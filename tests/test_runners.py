@@ -226,14 +226,12 @@ def test_bad_requests_get_clear_errors_and_lose_nothing(protocol_server) -> None
         "lease_lost",
     )
     second = good.post("/v1/rollouts/lease", json={"runner": "t", "wait_s": 1}).json()
-    refused(
-        good.post(
-            f"/v1/rollouts/{second['rollout_id']}/episode",
-            json={"lease_id": second["lease_id"], "episode": {"calls": "no"}},
-        ),
-        400,
-        "invalid_episode",
+    no_calls = good.post(
+        f"/v1/rollouts/{second['rollout_id']}/episode",
+        json={"lease_id": second["lease_id"], "episode": {"calls": "no"}},
     )
+    refused(no_calls, 400, "invalid_episode")
+    assert no_calls.json()["error"]["param"] == "episode.calls"
     refused(
         good.post(
             f"/v1/rollouts/{second['rollout_id']}/episode",
@@ -253,10 +251,21 @@ def test_bad_requests_get_clear_errors_and_lose_nothing(protocol_server) -> None
     refused(good.post("/v1/rollouts/lease", json=[1]), 400, "invalid_json")
     huge = b'{"lease_id": "x", "episode": {"output": "' + b"x" * (33 * 1024 * 1024) + b'"}}'
     refused(good.post(f"/v1/rollouts/{second['rollout_id']}/episode", content=huge), 413, "payload_too_large")
-    # Nothing refused changed what was stored, and the server still serves both protocols.
+    # Nothing refused was stored. The refused episode ended its lease (the rollout goes to the next
+    # runner at once), and the server still serves both protocols.
+    refused(
+        good.post(
+            f"/v1/rollouts/{second['rollout_id']}/episode",
+            json={"lease_id": second["lease_id"], "episode": {"name": "solver"}},
+        ),
+        409,
+        "lease_lost",
+    )
+    again = good.post("/v1/rollouts/lease", json={"runner": "t", "wait_s": 1}).json()
+    assert (again["rollout_id"], again["attempt"]) == (second["rollout_id"], 2)
     assert good.post(
-        f"/v1/rollouts/{second['rollout_id']}/episode",
-        json={"lease_id": second["lease_id"], "episode": {"name": "solver"}},
+        f"/v1/rollouts/{again['rollout_id']}/episode",
+        json={"lease_id": again["lease_id"], "episode": {"name": "solver"}},
     ).json() == {"stored": True}
     outcomes = queue.wait(ids, timeout_s=5)
     assert [o.episode["name"] for o in outcomes] == ["solver", "solver"]
@@ -269,39 +278,58 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
     root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
     http = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=60)
     [rollout_id] = queue.submit([RolloutSpec("g0", {"question": "What is 2 + 2?"}, policy_version=5)])
-    lease = http.post("/v1/rollouts/lease", json={"runner": "curl", "wait_s": 1}).json()
-    gateway = lease["gateway_base_url"]
-    assert gateway == f"{root}/rollouts/g0/{lease['lease_id']}/v1"
-    ask = {
-        "model": "default",
-        "messages": [{"role": "user", "content": lease["task"]["question"]}],
-        "max_tokens": 8,
-        "temperature": 0,
-    }
-    answered = http.post(f"{gateway}/chat/completions", json=ask)
-    assert answered.status_code == 200, answered.text
-    whole = answered.json()
-    streamed_ids = []
-    with http.stream("POST", f"{gateway}/chat/completions", json={**ask, "stream": True}) as stream:
-        for line in stream.iter_lines():
-            if line.startswith("data: {"):
-                chunk = httpx.Response(200, content=line[6:]).json()
-                for choice in chunk["choices"]:
-                    streamed_ids += choice.get("token_ids") or []
-    refused = http.post(f"{root}/rollouts/g0/not-the-lease/v1/chat/completions", json=ask)
-    assert refused.status_code == 409 and refused.json()["error"]["code"] == "lease_lost"
-    unauthorised = httpx.post(f"{gateway}/chat/completions", json=ask, timeout=60)
-    assert unauthorised.status_code == 401  # and nothing recorded (two calls below, not three)
+
+    def leased() -> tuple[dict[str, Any], str]:
+        lease = http.post("/v1/rollouts/lease", json={"runner": "curl", "wait_s": 1}).json()
+        assert lease["gateway_base_url"] == f"{root}/rollouts/g0/{lease['lease_id']}/v1"
+        return lease, lease["gateway_base_url"]
+
+    # A report refused for its body ends the lease that sent it: the rollout goes to the next try.
+    lease, gateway = leased()
     bad = http.post(
         f"/v1/rollouts/{rollout_id}/reward", json={"lease_id": lease["lease_id"], "reward": "high"}
     )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_reward"
+    assert bad.json()["error"]["param"] == "reward"
+    ended = http.post(f"/v1/rollouts/{rollout_id}/renew", json={"lease_id": lease["lease_id"]})
+    assert ended.status_code == 409 and ended.json()["error"]["code"] == "lease_lost"
+
+    ask = {
+        "model": "default",
+        "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+
+    def two_calls(gateway: str) -> tuple[dict[str, Any], list[int]]:
+        answered = http.post(f"{gateway}/chat/completions", json=ask)
+        assert answered.status_code == 200, answered.text
+        streamed_ids = []
+        with http.stream("POST", f"{gateway}/chat/completions", json={**ask, "stream": True}) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: {"):
+                    chunk = httpx.Response(200, content=line[6:]).json()
+                    for choice in chunk["choices"]:
+                        streamed_ids += choice.get("token_ids") or []
+        return answered.json(), streamed_ids
+
+    lease, gateway = leased()
+    assert lease["attempt"] == 2
+    two_calls(gateway)
     too_many = http.post(
         f"/v1/rollouts/{rollout_id}/reward",
         json={"lease_id": lease["lease_id"], "reward": 1.0, "step_rewards": [0.5, None, 1.0]},
     )
     assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "step_rewards"
     assert "3 entries for 2 recorded calls" in too_many.json()["error"]["message"]
+
+    lease, gateway = leased()
+    assert lease["attempt"] == 3
+    whole, streamed_ids = two_calls(gateway)
+    refused = http.post(f"{root}/rollouts/g0/not-the-lease/v1/chat/completions", json=ask)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "lease_lost"
+    unauthorised = httpx.post(f"{gateway}/chat/completions", json=ask, timeout=60)
+    assert unauthorised.status_code == 401  # and nothing recorded (two calls below, not three)
     done = http.post(
         f"/v1/rollouts/{rollout_id}/reward",
         json={
@@ -312,14 +340,14 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
             "name": "curl-agent",
         },
     )
-    assert done.json() == {"stored": True, "calls": 2}  # the refused reports lost none of the calls
+    assert done.json() == {"stored": True, "calls": 2}  # the calls of this lease, none of the last one's
     [outcome] = queue.wait([rollout_id], timeout_s=5)
     episode = ls.Episode.from_dict(outcome.episode)
     assert episode.name == "curl-agent" and episode.reward == 1.0 and episode.output == "4"
     # Where it came from, as a runner's episode says it (docs/scaling.md, "What an episode carries").
     assert {key: episode.metadata[key] for key in ("rollout_id", "attempt", "policy_version", "gateway")} == {
         "rollout_id": "g0",
-        "attempt": 1,
+        "attempt": 3,
         "policy_version": 5,
         "gateway": True,
     }

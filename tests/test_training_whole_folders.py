@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,20 @@ def test_export_refuses_a_truncated_adapter_and_passes_over_a_truncated_best_one
     assert f"passing over {run_dir / 'best_adapter'}" in said
     assert f"exporting the last adapter of the run, in {run_dir / 'adapter'}" in said
     assert (merged / "config.json").is_file()
+
+
+def test_a_cut_warm_start_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from lightning_sdk.training.update.lora import save_adapter
+    from tests.fixtures.training import tiny_lora_model
+
+    model, _ = tiny_lora_model()
+    save_adapter(model, tmp_path / "warm")
+    weights = tmp_path / "warm" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])
+    config = ls.TrainerConfig(max_steps=1, run_dir=str(tmp_path / "run"), init_adapter=str(tmp_path / "warm"))
+    before = {thread.ident for thread in threading.enumerate()}
+    with pytest.raises(ValueError, match=r"is not a whole adapter: .* was not written whole"):
+        ls.Trainer(config=config).fit(
+            lambda task: "", [{"question": "?"}]
+        )  # no engine was built: it would have taken seconds
+    assert {thread.ident for thread in threading.enumerate()} <= before

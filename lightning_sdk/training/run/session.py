@@ -107,6 +107,12 @@ class TrainingSession:
         from lightning_sdk.training.update.lora import build_lora_model, load_base_model
         from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
+        if config.init_adapter is not None:  # before anything starts: a cut file fails here, not minutes in
+            from lightning_sdk.training.update.whole_folders import adapter_problem
+
+            problem = adapter_problem(config.init_adapter)
+            if problem is not None:
+                raise ValueError(f"init_adapter={config.init_adapter!r} is not a whole adapter: {problem}.")
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
         check_roles_fit_the_job(config, placement.world_size)
         # Whoever opens, closes: each part goes to `opened` as it comes up, so a start that fails part-way
