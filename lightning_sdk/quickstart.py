@@ -21,6 +21,8 @@ QUICKSTART: dict[str, Any] = {
     "dynamic_sampling_rounds": 2,
     "learning_rate": 4e-4,
     "max_time_s": 900.0,
+    "micro_batch_tokens": 4096,
+    "max_sample_tokens": 1024,
 }
 """The short configuration: fewer steps and held-out problems than the example's own defaults, an
 evaluation every 4 steps (so the curve has points between the first and the last), and dynamic
@@ -29,7 +31,10 @@ and carry no learning signal; up to two more rounds of fresh problems per step r
 it, one seed in three learned; with it, every seed measured did (docs/benchmarks.md). Twice the
 example's learning rate did better in each of the seeds swept beside it (temperature 1.0 and 16 samples
 of 2 problems did worse). `max_time_s`
-ends training earlier on a machine much busier than two idle cores. Timings and results are measured
+ends training earlier on a machine much busier than two idle cores. `micro_batch_tokens=4096` and
+`max_sample_tokens=1024` fit this agent's calls (a few hundred tokens each, at most 48 of them written by
+the model): the start-up memory line is a bound at those settings, and the defaults (16384, 8192) made it
+say 20 GiB for a demo that peaks near 8. Splitting a step into micro-batches does not change its result. Timings and results are measured
 in `benchmarks/` (docs/benchmarks.md), not here, where they would go stale."""
 
 _INSTALL_HINT = (

@@ -14,8 +14,10 @@ from lightning_sdk.training.update.memory import (
     GPU_MEASUREMENTS,
     ModelShape,
     advice,
+    bound_reason,
     estimate_run_memory,
     estimate_step_memory,
+    run_tokens,
 )
 from tests.fixtures.training import tiny_llama
 
@@ -127,3 +129,39 @@ QWEN = {  # the published Qwen2.5-Instruct configs' sizes
         "tie_word_embeddings": False,
     },
 }
+
+
+def test_a_cpu_bound_counts_micro_batch_size_samples_at_their_cap() -> None:
+    short = ls.TrainerConfig(max_sample_tokens=512)  # 8 samples of at most 512 tokens: 4096, under 16384
+    assert run_tokens(short, on_gpu=False) == 4096
+    assert bound_reason(short, 4096) == "micro_batch_size=8 samples at max_sample_tokens=512"
+    assert run_tokens(short, on_gpu=True) == 16384  # packed on a GPU: the token budget alone bounds it
+    assert bound_reason(ls.TrainerConfig(), run_tokens(ls.TrainerConfig(), on_gpu=False)) == (
+        "micro_batch_tokens=16384"
+    )
+
+
+def test_the_start_line_is_a_bound_against_this_machine_and_the_first_step_says_what_it_used(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lightning_sdk.engine.placement import plan_placement
+    from lightning_sdk.training.run.startup import say_step_memory, say_step_memory_used
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN_1_5B))
+    placement = plan_placement()
+    assert not placement.on_gpu
+    caplog.set_level("INFO", logger="lightning_sdk")
+    # 1.5B in float32 without checkpointing at 16384 padded tokens: far over any 2-core CI machine.
+    say_step_memory(ls.TrainerConfig(), tmp_path, placement)
+    [bound] = [record for record in caplog.records if "memory bound" in record.getMessage()]
+    assert bound.levelname == "WARNING" and "micro_batch_tokens=16384" in bound.getMessage()
+    assert "GiB available. Try:" in bound.getMessage()
+    caplog.clear()
+    say_step_memory(ls.TrainerConfig(max_sample_tokens=16, micro_batch_size=1), tmp_path, placement)
+    [small] = [record for record in caplog.records if "memory bound" in record.getMessage()]
+    assert small.levelname == "INFO" and "one sample at max_sample_tokens=16" in small.getMessage()
+    assert "GiB available" in small.getMessage()
+    caplog.clear()
+    say_step_memory_used(ls.TrainerConfig(), tmp_path, placement, tokens=300)
+    [used] = [record for record in caplog.records if "memory used" in record.getMessage()]
+    assert "held 300 tokens" in used.getMessage() and "peak resident memory" in used.getMessage()

@@ -42,6 +42,7 @@ def test_one_step_moves_the_lora_weights_and_reports_stats():
     assert any(not torch.equal(before[name], after[name]) for name in before)
     assert stats["optimizer_steps"] == 1 and stats["skipped_updates"] == 0
     assert stats["trained_sequences"] == 3 and stats["trained_tokens"] == 7
+    assert stats["micro_batch_tokens_max"] == 3 * (3 + 4)  # padded on a CPU: rows x (prompt + completion)
     assert stats["clip_fraction"] == 0.0  # fully on-policy: the ratio is exactly 1
     assert stats["ratio_mean"] == pytest.approx(1.0)
     assert math.isfinite(stats["grad_norm"]) and stats["entropy"] > 0

@@ -31,6 +31,7 @@ from lightning_sdk.training.run.startup import (
     runner_protocol_for,
     say_learning_rate,
     say_step_memory,
+    say_step_memory_used,
     start_endpoint,
     start_engine,
 )
@@ -39,6 +40,7 @@ from lightning_sdk.training.update.distributed import Distributed
 if TYPE_CHECKING:
     import torch
 
+    from lightning_sdk.engine.placement import Placement
     from lightning_sdk.engine.types import Engine
     from lightning_sdk.rollouts.queue import RolloutQueue
     from lightning_sdk.rollouts.remote import RemoteRollouts
@@ -88,6 +90,10 @@ class TrainingSession:
     """The roles with adapters of their own (`config.roles`); None: one adapter."""
     changed_roles: list[str] | None = None
     """The role adapters the last update changed (None: all of them, as after a resume)."""
+    placement: Placement | None = None
+    """This rank's device, dtype and executor (`plan_placement`), as the run started."""
+    _said_memory_used: bool = False
+    """Whether the first trained step's memory line was logged (`say_step_memory_used`)."""
     _opened: ExitStack = field(default_factory=ExitStack, repr=False)
     """What the run opened (process group, engine, server, loop, files, runners), closed in reverse order by
     `close`."""
@@ -186,6 +192,7 @@ class TrainingSession:
                 ),
                 loop=loop,
                 roles=roles,
+                placement=placement,
             )
             session._opened = opened.pop_all()
         return session
@@ -340,6 +347,10 @@ class TrainingSession:
             stats = train_on_samples(
                 self.policy_model, self.optimizer, self.scheduler, samples, self.config, pad
             )
+        if not self._said_memory_used and stats.get("micro_batch_tokens_max") and self.placement is not None:
+            self._said_memory_used = True  # once: the start-up line is a bound, this is what a step used
+            tokens = int(stats["micro_batch_tokens_max"])
+            say_step_memory_used(self.config, self.engine.model.path, self.placement, tokens)
         return {**prepared.metrics, **stats, "time_train_s": time.perf_counter() - started}
 
     def _train_each_role(

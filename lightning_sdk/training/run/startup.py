@@ -7,6 +7,8 @@ fail minutes in), the endpoint agents call, the runner protocol, and the memory 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -30,6 +32,7 @@ __all__ = [
     "runner_protocol_for",
     "say_learning_rate",
     "say_step_memory",
+    "say_step_memory_used",
     "seed_everything",
     "start_endpoint",
     "start_engine",
@@ -57,28 +60,94 @@ def say_learning_rate(config: TrainerConfig) -> float:
 
 
 def say_step_memory(config: TrainerConfig, model_path: Path, placement: Placement) -> None:
-    """Log the sizing rule's estimate of a training step; on a GPU, warn with what to change when it is
-    over the device's memory (before minutes of training end in an out-of-memory error)."""
+    """Log the sizing rule's bound on a training step (at the largest micro-batch the settings allow) beside
+    the memory this machine has for it; warn, with what to change, when the bound is over it (before
+    minutes of training end in an out-of-memory error). On a CPU as on a GPU."""
+    from lightning_sdk.training.update.memory import GIB, advice, bound_reason, run_tokens
+
+    memory = _estimate(config, model_path, placement.on_gpu)
+    if memory is None:
+        return
+    reason = bound_reason(config, run_tokens(config, placement.on_gpu))
+    available = _memory_for_training(placement)
+    problem = advice(memory, available, config) if available is not None else None
+    if problem is not None:
+        log.warning(
+            "memory bound (%s): %s Shorter episodes use less; the first trained step logs what it used "
+            "(lightning-sdk memory --model ... prints the rule for other settings).",
+            reason,
+            problem,
+        )
+        return
+    room = f"; {available / GIB:.1f} GiB available" if available is not None else ""
+    log.info(
+        "memory bound: a training step needs at most about %s, reached when a micro-batch holds %s%s",
+        memory.describe(),
+        reason,
+        room,
+    )
+
+
+def say_step_memory_used(config: TrainerConfig, model_path: Path, placement: Placement, tokens: int) -> None:
+    """After the first trained step: the tokens of its largest micro-batch, the rule's figure for them
+    and the peak this process measured, so the start-up bound is not read as what the run needs."""
+    memory = _estimate(config, model_path, placement.on_gpu, tokens)
+    if memory is None:
+        return
+    log.info(
+        "memory used: the first trained step's largest micro-batch held %d tokens: about %s by the sizing "
+        "rule; %s",
+        tokens,
+        memory.describe(),
+        _measured_peak(placement),
+    )
+
+
+def _estimate(config: TrainerConfig, model_path: Path, on_gpu: bool, tokens: int | None = None) -> Any:
     import json
 
-    from lightning_sdk.training.update.memory import advice, estimate_run_memory
+    from lightning_sdk.training.update.memory import estimate_run_memory
 
     try:
         model_config = json.loads((Path(model_path) / "config.json").read_text())
-        memory = estimate_run_memory(config, model_config, placement.on_gpu)
+        return estimate_run_memory(config, model_config, on_gpu, tokens)
     except (OSError, ValueError) as error:  # a model family the rule does not know: say so, train anyway
         log.info("no memory estimate for this model (%s)", error)
-        return
-    log.info("a training step needs about %s", memory.describe())
+        return None
+
+
+def _memory_for_training(placement: Placement) -> int | None:
+    """Bytes the policy can use. A GPU: its memory less a tenth for the CUDA context and the allocator's
+    slack (the engine sleeps while the policy trains: weights offloaded, KV cache freed). A CPU: what the
+    system reports available now, after the engine started (its memory stays while it sleeps there)."""
     if placement.on_gpu:
         import torch
 
-        # The engine sleeps while the policy trains (its weights offloaded, its KV cache freed), so the
-        # device's memory is the policy's, less a tenth for the CUDA context and the allocator's slack.
-        available = int(torch.cuda.get_device_properties(placement.device).total_memory * 0.9)
-        problem = advice(memory, available, config)
-        if problem is not None:
-            log.warning("%s (lightning-sdk memory --model ... prints the rule for other settings)", problem)
+        return int(torch.cuda.get_device_properties(placement.device).total_memory * 0.9)
+    try:
+        with open("/proc/meminfo") as meminfo:  # Linux: MemAvailable counts reclaimable caches too
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not every system names these
+        return None
+
+
+def _measured_peak(placement: Placement) -> str:
+    from lightning_sdk.training.update.memory import GIB
+
+    if placement.on_gpu:
+        import torch
+
+        peak = torch.cuda.max_memory_allocated(placement.device)
+        return f"peak GPU memory allocated by this process so far {peak / GIB:.1f} GiB"
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return f"peak resident memory of this process so far {peak / GIB:.1f} GiB"  # KiB on Linux, bytes on macOS
 
 
 def start_engine(

@@ -34,7 +34,14 @@ from lightning_sdk.training.update.packed_attention import (
 )
 from lightning_sdk.training.update.packing import PackedRow, pack
 
-__all__ = ["DEFAULT_CHUNK_TOKENS", "Layout", "default_layout", "plan_micro_batches", "token_logprobs"]
+__all__ = [
+    "DEFAULT_CHUNK_TOKENS",
+    "Layout",
+    "counts_packed_tokens",
+    "default_layout",
+    "plan_micro_batches",
+    "token_logprobs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -121,9 +128,15 @@ def plan_micro_batches(
     """`micro_batches` for the layout `model` runs them in. Where it packs (a GPU), `max_tokens` counts
     packed tokens and alone bounds a micro-batch (a budget of short samples fills it, rather than `size`
     sequences leaving the GPU idle); elsewhere padded tokens and `size` sequences do."""
-    packed = next(model.parameters()).device.type != "cpu" and packing_problem(model) is None
+    packed = counts_packed_tokens(model)
     limit = None if packed and max_tokens is not None else size
     return micro_batches(samples, limit, max_tokens, packed=packed)
+
+
+def counts_packed_tokens(model: torch.nn.Module) -> bool:
+    """Whether a micro-batch of `model` is bounded, and measured, in packed tokens (a GPU that packs) rather
+    than padded ones (`batching.batch_tokens`)."""
+    return next(model.parameters()).device.type != "cpu" and packing_problem(model) is None
 
 
 _told: set[str] = set()

@@ -43,6 +43,7 @@ __all__ = [
     "ModelShape",
     "StepMemory",
     "advice",
+    "bound_reason",
     "estimate_run_memory",
     "estimate_step_memory",
     "run_tokens",
@@ -246,23 +247,42 @@ def estimate_step_memory(
     )
 
 
-def run_tokens(config: TrainerConfig) -> int:
-    """The padded tokens of a run's largest micro-batch: its token budget, or one sample at its cap when a
-    sample may be longer (a sample over the budget goes alone)."""
+def run_tokens(config: TrainerConfig, on_gpu: bool = True) -> int:
+    """The tokens of a run's largest possible micro-batch: its token budget, or one sample at its cap when a
+    sample may be longer (a sample over the budget goes alone). On a CPU, where a micro-batch also stops at
+    `micro_batch_size` padded samples of at most `max_sample_tokens` each, the smaller of the two bounds."""
     budget, cap = config.micro_batch_tokens, config.max_sample_tokens
+    if not on_gpu and cap is not None:
+        rows = config.micro_batch_size * cap
+        budget = rows if budget is None else min(budget, rows)
     sizes = [size for size in (budget, cap) if size is not None]
     return max(sizes) if sizes else 32768  # neither set: no bound; say what a 32k-token sample costs
 
 
-def estimate_run_memory(config: TrainerConfig, model_config: Any, on_gpu: bool) -> StepMemory:
-    """The step memory of a run of `config` on the model of `model_config` (its `config.json`)."""
+def bound_reason(config: TrainerConfig, tokens: int) -> str:
+    """Which setting makes `tokens` (`run_tokens`) the bound, in the words of the settings."""
+    if tokens == config.micro_batch_tokens:
+        return f"micro_batch_tokens={tokens}"
+    if config.max_sample_tokens is not None and tokens == config.max_sample_tokens:
+        return f"one sample at max_sample_tokens={tokens}"
+    size, cap = config.micro_batch_size, config.max_sample_tokens
+    if cap is not None and tokens == size * cap:
+        return f"micro_batch_size={size} samples at max_sample_tokens={cap}"
+    return f"{tokens} tokens: no micro_batch_tokens or max_sample_tokens is set"
+
+
+def estimate_run_memory(
+    config: TrainerConfig, model_config: Any, on_gpu: bool, tokens: int | None = None
+) -> StepMemory:
+    """The step memory of a run of `config` on the model of `model_config` (its `config.json`), at its
+    largest possible micro-batch (`run_tokens`) or at `tokens`."""
     checkpointing = config.gradient_checkpointing
     width = 2 if on_gpu else 4  # bfloat16 on a GPU, float32 on a CPU (`TrainerConfig.dtype="auto"`)
     if config.dtype != "auto":
         width = 4 if config.dtype == "float32" else 2
     return estimate_step_memory(
         ModelShape.from_config(model_config),
-        run_tokens(config),
+        run_tokens(config, on_gpu) if tokens is None else tokens,
         weight_bytes=width,
         lora_rank=config.lora_rank,
         lora_targets=config.lora_target_modules,
@@ -291,6 +311,6 @@ def advice(memory: StepMemory, available: int, config: TrainerConfig) -> str | N
     if memory.weights > available // 2:
         changes.append("a smaller model, or more GPUs under torchrun (each rank holds the weights)")
     return (
-        f"a training step needs about {memory.describe()}, more than the {available / GIB:.1f} GiB "
-        f"available. Try: {'; '.join(changes) or 'fewer tokens per forward pass'}."
+        f"a training step could need up to about {memory.describe()}, more than the "
+        f"{available / GIB:.1f} GiB available. Try: {'; '.join(changes) or 'fewer tokens per forward pass'}."
     )

@@ -12,8 +12,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import Batch, collate
-from lightning_sdk.training.update.logprobs import plan_micro_batches, token_logprobs
+from lightning_sdk.training.update.batching import Batch, batch_tokens, collate
+from lightning_sdk.training.update.logprobs import counts_packed_tokens, plan_micro_batches, token_logprobs
 from lightning_sdk.training.update.lora import reference_adapter
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 
@@ -93,7 +93,9 @@ def train_on_samples(
 
     Returns a dict with `loss`, `grad_norm`, `learning_rate`, `clip_fraction`, `ratio_mean`,
     `importance_ratio_mean`, `importance_ratio_max`, `importance_capped_fraction`, `kl`, `entropy`,
-    `trained_tokens`, `trained_sequences`, `optimizer_steps` and `skipped_updates`.
+    `trained_tokens`, `trained_sequences`, `optimizer_steps`, `skipped_updates` and
+    `micro_batch_tokens_max` (the tokens of the largest forward pass, as `micro_batch_tokens` counts them:
+    what the sizing rule needs to say what the step used).
 
     `model` may be wrapped in `DistributedDataParallel` (one process per GPU, or gloo on CPUs): gradients
     are then averaged across ranks once per mini-batch. Every rank must call this function with at least
@@ -109,7 +111,14 @@ def train_on_samples(
             "learning_rate": learning_rate,
         }
     options = LossOptions.from_config(config)
-    plan = _plan(model, samples, config, pad_token_id)
+    chunks = [
+        plan_micro_batches(model, mini, config.micro_batch_size, config.micro_batch_tokens)
+        for mini in split_mini_batches(samples, config.mini_batches_per_step)
+    ]
+    packed = counts_packed_tokens(model)
+    largest = max(batch_tokens(chunk, packed) for mini in chunks for chunk in mini)
+    device = next(model.parameters()).device
+    plan = [[collate(chunk, pad_token_id, device) for chunk in mini] for mini in chunks]
     # Later mini-batches are trained after earlier updates: measure their ratio against the policy
     # that sampled them, computed before anything changes. The first mini-batch is exactly on-policy.
     old = [None] + [_old_logprobs(model, batches, options.logit_chunk_tokens) for batches in plan[1:]]
@@ -121,21 +130,10 @@ def train_on_samples(
         grad_norms.append(optimizer_step(optimizer, config.max_grad_norm))
     if advance_schedule:
         advance(scheduler)
-    return _step_summary(totals, grad_norms, learning_rate, len(samples))
-
-
-def _plan(
-    model: PolicyModel, samples: list[Sample], config: TrainerConfig, pad_token_id: int
-) -> list[list[Batch]]:
-    """Per mini-batch, its collated micro-batches."""
-    device = next(model.parameters()).device
-    return [
-        [
-            collate(chunk, pad_token_id, device)
-            for chunk in plan_micro_batches(model, mini, config.micro_batch_size, config.micro_batch_tokens)
-        ]
-        for mini in split_mini_batches(samples, config.mini_batches_per_step)
-    ]
+    return {
+        **_step_summary(totals, grad_norms, learning_rate, len(samples)),
+        "micro_batch_tokens_max": largest,
+    }
 
 
 def _accumulate_gradients(
