@@ -175,6 +175,20 @@ def test_a_user_lists_more_routes_or_none(vllm_engine: Any, upstream: RecordingU
     assert len(upstream.seen) == 1
 
 
+def test_the_trainer_passes_its_routes_to_the_upstream(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning_sdk.training.run.upstream import trainer_upstream
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-user")
+    default = trainer_upstream(ls.TrainerConfig())
+    assert default is not None and default.routes == ls.PASSTHROUGH_ROUTES
+    more = (*ls.PASSTHROUGH_ROUTES, "POST /v1/files")
+    named = ls.TrainerConfig(upstream_base_url="http://127.0.0.1:1/v1", passthrough_routes=more)
+    assert trainer_upstream(named).routes == more  # type: ignore[union-attr]
+    off = trainer_upstream(ls.TrainerConfig(passthrough_routes=()))
+    assert off is not None and off.routes == ()
+
+
 def test_a_route_that_is_not_one_is_refused_where_it_is_set() -> None:
     for bad in (["DELETE"], ["POST v1/files"], ["POST /v1/../secret"], ["POST /v1/%2e"], "POST /v1/files"):
         with pytest.raises(ValueError, match="passthrough_routes"):
@@ -250,6 +264,24 @@ def test_many_prompts_times_n_is_refused_before_anything_is_generated(server: An
     client = server.endpoint.openai_client(max_retries=0)
     reply = client.completions.create(model="default", prompt=["Say hi"] * 4, n=2, max_tokens=2)
     assert len(reply.choices) == 8
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [("/chat/completions", "messages"), ("/completions", "prompt"), ("/messages", "messages")],
+)
+def test_a_prompt_too_long_to_fit_is_refused_before_it_is_tokenized(
+    server: Any, path: str, field: str
+) -> None:
+    # 4 MB of text: under the body limit, but more characters than any prompt that fits 2048 tokens has.
+    text = "word " * 800_000
+    body: dict[str, Any] = {"model": "default", "max_tokens": 2}
+    body.update({"prompt": text} if field == "prompt" else {"messages": [{"role": "user", "content": text}]})
+    status, answer = send(server.endpoint.base_url, "POST", f"/v1{path}", json.dumps(body).encode())
+    assert status == 400, answer
+    assert "characters" in answer["error"]["message"]
+    if path != "/messages":
+        assert answer["error"]["code"] == "context_length_exceeded" and answer["error"]["param"] == field
 
 
 def test_the_sequence_bound_covers_n_on_chat(vllm_engine: Any) -> None:

@@ -25,7 +25,7 @@ from lightning_sdk.serving.chat.schemas import (
     requested_top_logprobs,
     sampling_params,
 )
-from lightning_sdk.serving.chat.template import render_chat, tool_choice_prefix
+from lightning_sdk.serving.chat.template import longest_token_chars, render_chat, tool_choice_prefix
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.limits import RequestLimits, read_json_body
 from lightning_sdk.serving.policy import SamplingPolicy
@@ -105,6 +105,11 @@ class ServingContext:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
+    @property
+    def max_prompt_chars(self) -> int:
+        """Characters beyond which no prompt fits the context (`template.longest_token_chars`)."""
+        return self.engine.max_model_len * longest_token_chars(self.tokenizer)
+
     def authorize(self, request: Request) -> None:
         """Raise a 401 unless the request carries the key: as a bearer token (OpenAI clients) or in
         `x-api-key` (Anthropic's clients)."""
@@ -181,7 +186,8 @@ class ServingContext:
         prefix = tool_choice_prefix(req.tool_choice, tools)
         if req.tool_choice == "none":
             tools = []  # the model is not told about them, so it cannot call one
-        return render_chat(self.tokenizer, req.messages, tools, prefix), tools, prefix
+        prompt = render_chat(self.tokenizer, req.messages, tools, prefix, self.max_prompt_chars)
+        return prompt, tools, prefix
 
     def prepare_chat(self, req: ChatRequest) -> PreparedChat:
         prompt, tools, prefix = self.render_prompt(req)

@@ -27,6 +27,7 @@ from lightning_sdk.serving.chat.streaming import (
     first_and_rest,
     merged_streams,
 )
+from lightning_sdk.serving.chat.template import check_prompt_chars
 from lightning_sdk.serving.context import ServingContext, run_engine
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.served import ServedCall, ServedChoice, ServedObserver, StreamedCall
@@ -94,7 +95,7 @@ async def serve_completions(ctx: ServingContext, body: Any, observe: ServedObser
     """`POST /v1/completions`."""
     engine, tokenizer = ctx.engine, ctx.tokenizer
     req: CompletionRequest = ctx.parse(body, CompletionRequest)
-    prompts = _prompt_ids(tokenizer, req.prompt)
+    prompts = _prompt_ids(tokenizer, req.prompt, ctx.max_prompt_chars)
     want_logprobs, top = requested_top_logprobs(req)
     params = ctx.params_for(req, max(len(p) for p in prompts), top, req.max_tokens, prompts=len(prompts))
     meta = ResponseMeta("cmpl", ctx.served, engine.weight_version)
@@ -142,7 +143,7 @@ async def serve_completions(ctx: ServingContext, body: Any, observe: ServedObser
     return response
 
 
-def _prompt_ids(tokenizer: Any, prompt: Any) -> list[list[int]]:
+def _prompt_ids(tokenizer: Any, prompt: Any, max_chars: int) -> list[list[int]]:
     if isinstance(prompt, str):
         prompts: list[Any] = [prompt]
     elif prompt and all(isinstance(token, int) for token in prompt):
@@ -154,6 +155,8 @@ def _prompt_ids(tokenizer: Any, prompt: Any) -> list[list[int]]:
     vocab = len(tokenizer)
     result = []
     for item in prompts:
+        if isinstance(item, str):
+            check_prompt_chars(len(item), max_chars, "prompt")
         ids = tokenizer.encode(item) if isinstance(item, str) else list(item)
         if not ids:
             raise APIError.bad_request("prompt must not be empty.", param="prompt")

@@ -9,13 +9,21 @@ results written in the Hermes `<tool_call>` / `<tool_response>` format (see
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.tools.calls import TOOL_CALL_END, TOOL_CALL_START
 
-__all__ = ["render_chat", "template_supports_tools", "tool_choice_prefix", "tools_system_prompt"]
+__all__ = [
+    "check_prompt_chars",
+    "longest_token_chars",
+    "render_chat",
+    "template_supports_tools",
+    "tool_choice_prefix",
+    "tools_system_prompt",
+]
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
 
@@ -65,10 +73,35 @@ def tool_choice_prefix(tool_choice: str | dict[str, Any] | None, tools: list[dic
     return f'{TOOL_CALL_START}\n{{"name": {json.dumps(name)}, "arguments": '
 
 
+@functools.lru_cache(maxsize=8)  # per tokenizer (hashed by identity): a server has one
+def longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of `tokenizer` stands for (its longest vocabulary entry, counted in
+    the vocabulary's spelling, which never has fewer characters than the text it stands for): a text of
+    more than `max_model_len` times this many characters cannot fit the context, whatever it says."""
+    return max((len(token) for token in tokenizer.get_vocab()), default=1)
+
+
+def check_prompt_chars(text_chars: int, max_chars: int | None, param: str) -> None:
+    """A 400 (`context_length_exceeded`) for a prompt of more than `max_chars` characters, before it is
+    tokenized: tokenizing tens of megabytes takes the server's event loop for most of a minute."""
+    if max_chars is not None and text_chars > max_chars:
+        raise APIError.bad_request(
+            f"The prompt is {text_chars} characters long; no prompt longer than {max_chars} characters fits "
+            "this model's context window. Send a shorter prompt.",
+            param=param,
+            code="context_length_exceeded",
+        )
+
+
 def render_chat(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]], assistant_prefix: str = ""
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    assistant_prefix: str = "",
+    max_chars: int | None = None,
 ) -> list[int]:
-    """Prompt token ids for `messages` (+ tools) with the generation prompt and an optional prefix."""
+    """Prompt token ids for `messages` (+ tools) with the generation prompt and an optional prefix; a 400
+    without tokenizing when the rendered prompt is longer than `max_chars` (`check_prompt_chars`)."""
     if not tokenizer.chat_template:
         raise APIError.bad_request("This model has no chat template; use /v1/completions.", param="messages")
     native_tools = template_supports_tools(tokenizer)
@@ -86,6 +119,7 @@ def render_chat(
         raise APIError.bad_request(
             f"The chat template cannot render these messages: {error}", "messages"
         ) from None
+    check_prompt_chars(len(text) + len(assistant_prefix), max_chars, "messages")
     ids: list[int] = tokenizer.encode(text + assistant_prefix, add_special_tokens=False)
     return ids
 
