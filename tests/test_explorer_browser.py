@@ -122,16 +122,23 @@ def test_step_group_samples_episode_call_in_clicks(trained_run: tuple[Path, str]
         rewards = first.locator(".sample .reward").all_inner_texts()
         assert len(rewards) == 4 and all(re.fullmatch(r"\d+\.\d{3}", reward) for reward in rewards)
         assert first.locator("header .task").inner_text().startswith('{"id": ')
+        has_signal = first.locator("header .signal").count() == 1
         first.locator("a.sample").first.click()  # 2: one sample's episode
         page.wait_for_selector("details.call")
         assert page.locator("h1").inner_text() == "Episode of solver"
         call = page.locator("details.call").first
         call.locator("summary").click()  # 3: its call
         signal = call.locator(".signal-table")
-        credited = signal.locator("td.credited").inner_text()
-        advantage = signal.locator("td.advantage").inner_text()
-        for value in (credited, advantage):  # the run's number where it recorded one, else it says so
-            assert re.fullmatch(r"-?\d+\.\d{3}", value) or value == "not recorded"
+        # The run recorded what credit assignment made of the call (training/algorithm/prepare.py).
+        assert re.fullmatch(r"-?\d+\.\d{3}", signal.locator("td.credited").inner_text())
+        advantage, trained = (
+            signal.locator("td.advantage").inner_text(),
+            signal.locator("td.trained").inner_text(),
+        )
+        if has_signal:  # a group whose rewards differ trains every sample's call
+            assert re.fullmatch(r"-?\d+\.\d{3}", advantage) and trained == "yes"
+        else:
+            assert advantage == "none (not trained)" and trained.startswith("no: ")
         assert signal.get_by_text("tokens (prompt / completion)").is_visible()
         assert call.locator(".message .who").first.inner_text().lower() == "user"
         assert "Name a colour number" in call.locator(".message pre").first.inner_text()

@@ -171,6 +171,27 @@ def test_a_call_shows_its_training_signal_when_recorded_and_says_so_when_not() -
         "no: too long",
     )
     assert (view["prompt_tokens"], view["completion_tokens"], view["role"]) == (3, 1, "writer")
+    skipped = LLMCall(
+        metadata={
+            "credit_rule": "equal",
+            "credited_reward": 1.0,
+            "trained": False,
+            "untrained_reason": "no_spread",
+        }
+    )
+    view = call_view(skipped, owner, 2)
+    assert (view["advantage"], view["trained"], view["credit_rule"]) == (
+        "none (not trained)",
+        "no: no_spread",
+        "equal",
+    )
+    stepped = LLMCall(
+        metadata={"advantage": 0.5, "episode_advantage": 0.2, "step_advantage": 0.3, "step_group_size": 3}
+    )
+    assert (
+        call_view(stepped, owner, 3)["step_parts"]
+        == "episode part 0.200, step part 0.300 (a step group of 3 calls)"
+    )
 
 
 def test_groups_filter_sort_and_page(tmp_path: Path) -> None:

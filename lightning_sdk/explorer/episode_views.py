@@ -32,13 +32,17 @@ __all__ = [
 NOT_RECORDED = "not recorded"
 
 CREDIT_KEYS = {
+    "credit_rule": "credit_rule",
     "credited_reward": "credited_reward",
     "advantage": "advantage",
     "trained": "trained",
     "untrained_reason": "untrained_reason",
+    "episode_advantage": "episode_advantage",
+    "step_advantage": "step_advantage",
+    "step_group_size": "step_group_size",
 }
 """The keys of `LLMCall.metadata` (and, for `advantage`, of `Episode.metadata`) the viewer reads the
-training signal from, when the run wrote them."""
+training signal from, as the trainer writes them (`training/algorithm/prepare.py`, `CALL_CREDIT_KEYS`)."""
 
 
 def task_text(task: Any) -> str:
@@ -197,6 +201,25 @@ def _trained(call: LLMCall) -> str:
     return f"{NOT_RECORDED} ({ids})"
 
 
+def _advantage(call: LLMCall) -> str:
+    value = call.metadata.get(CREDIT_KEYS["advantage"])
+    if value is None and call.metadata.get(CREDIT_KEYS["trained"]) is False:
+        return "none (not trained)"  # the run recorded its credit, and this call got no advantage
+    return number(value)
+
+
+def _step_parts(call: LLMCall) -> str:
+    """Under step-level credit: the episode part, the step part and the size of the call's step group."""
+    metadata = call.metadata
+    if metadata.get(CREDIT_KEYS["step_advantage"]) is None:
+        return ""
+    return (
+        f"episode part {number(metadata.get(CREDIT_KEYS['episode_advantage']))}, step part "
+        f"{number(metadata.get(CREDIT_KEYS['step_advantage']))} (a step group of "
+        f"{metadata.get(CREDIT_KEYS['step_group_size'], '?')} calls)"
+    )
+
+
 def call_view(call: LLMCall, owner: Episode, index: int) -> dict[str, Any]:
     """One model call: what it saw, what it answered, and what training made of it."""
     usage = call.usage or {}
@@ -228,8 +251,10 @@ def call_view(call: LLMCall, owner: Episode, index: int) -> dict[str, Any]:
         "latency": f"{call.latency_s:.2f} s" if call.latency_s is not None else NOT_RECORDED,
         "step_reward": number(call.reward),
         "credited_reward": number(call.metadata.get(CREDIT_KEYS["credited_reward"])),
-        "advantage": number(call.metadata.get(CREDIT_KEYS["advantage"])),
+        "advantage": _advantage(call),
         "trained": _trained(call),
+        "credit_rule": str(call.metadata.get(CREDIT_KEYS["credit_rule"]) or NOT_RECORDED),
+        "step_parts": _step_parts(call),
     }
 
 
