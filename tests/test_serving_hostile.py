@@ -195,6 +195,10 @@ def test_a_route_that_is_not_one_is_refused_where_it_is_set() -> None:
             Upstream("http://127.0.0.1:1/v1", routes=bad)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="passthrough_routes"):
             ls.TrainerConfig(passthrough_routes=bad)
+        with pytest.raises(ValueError, match="passthrough_routes"):  # before the model loads
+            ls.serve(upstream="http://127.0.0.1:1/v1", passthrough_routes=bad)
+    with pytest.raises(ValueError, match="name one with upstream"):
+        ls.serve(passthrough_routes=["POST /v1/files"])
 
 
 # --- bodies, sequences and JSON -------------------------------------------------------------------------

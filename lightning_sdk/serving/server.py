@@ -232,7 +232,12 @@ def serve(
 
     if isinstance(upstream, str):
         upstream = Upstream(upstream.rstrip("/"), os.environ.get("OPENAI_API_KEY"))
-    if upstream is not None and passthrough_routes is not None:
+    if passthrough_routes is not None:
+        if upstream is None:
+            raise ValueError(
+                "passthrough_routes names routes passed through to an upstream API: name one with "
+                "upstream=... (`--upstream URL`), or drop passthrough_routes."
+            )
         upstream = dataclasses.replace(upstream, routes=tuple(passthrough_routes))
     if port:  # a taken port should fail now, not after the model has loaded
         _listening_socket(host, port).close()
