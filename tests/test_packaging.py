@@ -54,6 +54,14 @@ def test_the_wheel_holds_every_package_and_the_typed_marker(tmp_path: Path) -> N
     }
     assert expected - names == set()
     assert "lightning_sdk/py.typed" in names
+    # The run explorer's page and script are package data: without them `lightning-sdk view` serves nothing.
+    explorer = ROOT / "lightning_sdk" / "explorer"
+    shipped = {
+        f"lightning_sdk/explorer/{folder}/{path.name}"
+        for folder in ("templates", "static")
+        for path in (explorer / folder).iterdir()
+    }
+    assert shipped and shipped - names == set()
 
 
 def _ignore_caches(path: Path) -> dict[str, object]:
