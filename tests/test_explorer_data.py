@@ -315,3 +315,14 @@ def test_the_warnings_a_run_logged_are_kept_and_shown(tmp_path: Path) -> None:
     ]
     page = TestClient(build_app(run)).get("/").text
     assert "Step 1: a route selected no call &lt;script&gt;" in page
+
+
+def test_a_long_runs_snapshot_shows_the_newest_steps_and_a_spread_of_the_rest(tmp_path: Path) -> None:
+    run = synthetic_run(tmp_path / "run", steps=12, tasks_per_step=1, group_size=2)
+    page = write_snapshot(run, newest_steps=3, sampled_steps=2).read_text()
+    sections = [int(step) for step in re.findall(r'<section class="view" id="step-(\d+)">', page)]
+    assert sections[:3] == [12, 11, 10] and len(sections) == 5 and min(sections) < 10
+    linked = {int(step) for step in re.findall(r'class="step-link" href="#step-(\d+)"', page)}
+    assert linked == set(sections)  # a step left out is listed, not linked to a section that is not there
+    left_out = sorted(set(range(1, 13)) - linked)
+    assert len(left_out) == 7 and all(f"<td>step {step}</td>" in page for step in left_out)

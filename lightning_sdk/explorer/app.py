@@ -122,6 +122,7 @@ def build_app(
         if len(records) != known:
             body["charts"] = charts(records)
             body["last_step"] = max((int(r["step"]) for r in records), default=None)
+            body["steps"] = source.steps() if source is not None else []
         return JSONResponse(body)
 
     @app.get("/static/{name}")

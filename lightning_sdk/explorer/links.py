@@ -20,7 +20,7 @@ class Links:
     def run(self) -> str:
         return "/"
 
-    def step(self, step: int, **query: object) -> str:
+    def step(self, step: int, **query: object) -> str | None:
         kept = {key: value for key, value in query.items() if value not in (None, "", False, 0)}
         return f"/step/{int(step)}" + (f"?{urlencode(kept)}" if kept else "")
 
@@ -41,8 +41,10 @@ class SnapshotLinks(Links):
 
     live = False
 
-    def __init__(self) -> None:
+    def __init__(self, steps: set[int] | None = None) -> None:
         self.episodes: dict[tuple[str, str], int] = {}
+        self.steps = steps or set()
+        """The steps with a section of their own."""
 
     def include(self, kind: str, episode_id: str) -> str:
         """Give this episode a section (its anchor's name)."""
@@ -52,8 +54,8 @@ class SnapshotLinks(Links):
     def run(self) -> str:
         return "#run"
 
-    def step(self, step: int, **query: object) -> str:
-        return f"#step-{int(step)}"
+    def step(self, step: int, **query: object) -> str | None:
+        return f"#step-{int(step)}" if int(step) in self.steps else None
 
     def episode(self, kind: str, episode_id: str) -> str | None:
         number = self.episodes.get((kind, episode_id))

@@ -56,6 +56,7 @@ def write_snapshot(
     try:
         context = run_context(source)
         steps = _steps_to_show([row["step"] for row in context["steps"]], newest_steps, sampled_steps)
+        links.steps = set(steps)
         step_views = [_all_groups(source, step) for step in steps]
         held_out = source.held_out()
         sections: list[str] = []

@@ -91,6 +91,33 @@
     }
   }
 
+  // The Run page's table of steps, rebuilt from the poll's rows (numbers and our own short strings).
+  function steps(rows) {
+    const table = document.querySelector("table.steps");
+    if (!table) return;
+    const body = table.querySelector("tbody");
+    while (body.firstChild) body.removeChild(body.firstChild);
+    for (const row of rows) {
+      const line = document.createElement("tr");
+      const first = document.createElement("td");
+      const link = document.createElement("a");
+      link.className = "step-link";
+      link.href = "/step/" + String(Number(row.step));
+      link.textContent = "step " + String(Number(row.step));
+      first.appendChild(link);
+      line.appendChild(first);
+      for (const key of ["reward", "signal", "episodes", "seconds"]) {
+        const cell = document.createElement("td");
+        cell.textContent = String(row[key]);
+        line.appendChild(cell);
+      }
+      body.appendChild(line);
+    }
+    table.hidden = rows.length === 0;
+    const empty = document.getElementById("no-steps");
+    if (empty) empty.hidden = rows.length > 0;
+  }
+
   function poll(container) {
     const url = container.getAttribute("data-poll");
     let count = Number(container.getAttribute("data-count"));
@@ -106,6 +133,7 @@
             if (last && body.last_step !== null) last.textContent = String(body.last_step);
             const lines = document.getElementById("record-count");
             if (lines) lines.textContent = String(body.count);
+            if (body.steps) steps(body.steps);
           }
         }
       } catch (error) {
