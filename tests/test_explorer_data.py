@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import sqlite3
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def _fingerprint(path: Path) -> tuple[int, bytes]:
 
 def test_every_page_reads_and_leaves_the_run_folder_as_it_was(run_dir: Path) -> None:
     files = {path: _fingerprint(path) for path in run_dir.iterdir() if path.is_file()}
-    client = TestClient(build_app(run_dir))
+    client = TestClient(build_app(run_dir), base_url="http://127.0.0.1")
     step_page = client.get("/step/2").text
     episode_links = re.findall(r'href="(/episode/training/[0-9a-f]+)"', step_page)
     assert len(episode_links) == 12  # 3 groups of 4 samples
@@ -224,7 +225,7 @@ def test_held_out_puts_each_task_before_and_after_side_by_side(run_dir: Path) ->
 
 def test_recorded_text_is_escaped_on_every_page(tmp_path: Path) -> None:
     run = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=2, group_size=2, hostile=True)
-    client = TestClient(build_app(run))
+    client = TestClient(build_app(run), base_url="http://127.0.0.1")
     pages = [client.get(url).text for url in PAGES if url != "/step/2"]
     step_page = pages[1]
     episode_url = re.findall(r'href="(/episode/training/[0-9a-f]+)"', step_page)[0]
@@ -240,7 +241,12 @@ def test_recorded_text_is_escaped_on_every_page(tmp_path: Path) -> None:
 def test_beyond_this_machine_every_request_needs_the_key(run_dir: Path) -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5")
-    client = TestClient(build_app(run_dir, key="secret-key"))
+    local = TestClient(build_app(run_dir), base_url="http://127.0.0.1")
+    assert local.get("/", headers={"host": "localhost:8765"}).status_code == 200
+    assert local.get("/", headers={"host": "[::1]:8765"}).status_code == 200
+    # A page elsewhere that points its own name at 127.0.0.1 (DNS rebinding) is refused.
+    assert local.get("/api/metrics", headers={"host": "attacker.example:8765"}).status_code == 421
+    client = TestClient(build_app(run_dir, key="secret-key"), base_url="http://127.0.0.1")
     assert client.get("/").status_code == 401
     assert client.get("/api/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert client.get("/api/metrics", headers={"Authorization": "Bearer secret-key"}).status_code == 200
@@ -261,7 +267,7 @@ def test_a_production_store_lists_filters_and_shows_feedback(tmp_path: Path) -> 
         ]
         store.add_many(episodes)
         store.add_feedback(episodes[1].id, Feedback(reward=1.0, name="thumbs", comment=HOSTILE))
-    client = TestClient(build_app(store=path))
+    client = TestClient(build_app(store=path), base_url="http://127.0.0.1")
     listing = client.get("/").text
     assert "6 episode(s) match" in listing
     assert "1 episode(s) match" in client.get("/", params={"q": "q3"}).text
@@ -285,6 +291,13 @@ def test_the_command_line_refuses_bad_input_with_a_message(
     corrupt.write_bytes(b"\0" * 4096)
     assert main(["view", "--store", str(corrupt), "--port", "0"]) == 2
     assert "episode store" in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        run = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=1, group_size=2)
+        assert main(["view", str(run), "--port", str(port)]) == 2
+    assert "pick another --port" in capsys.readouterr().err
 
 
 def test_the_snapshot_stays_within_its_size_and_says_what_it_left_out(run_dir: Path, tmp_path: Path) -> None:
@@ -313,7 +326,7 @@ def test_the_warnings_a_run_logged_are_kept_and_shown(tmp_path: Path) -> None:
     assert [record["message"] for record in read_warnings(run)] == [
         f"Step 1: a route selected no call {HOSTILE}"
     ]
-    page = TestClient(build_app(run)).get("/").text
+    page = TestClient(build_app(run), base_url="http://127.0.0.1").get("/").text
     assert "Step 1: a route selected no call &lt;script&gt;" in page
 
 

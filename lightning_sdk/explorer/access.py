@@ -51,6 +51,12 @@ class KeyCheck:
         from fastapi.responses import PlainTextResponse
 
         if self.key is None:
+            # Without a key only this machine's names are answered: a web page elsewhere that points its
+            # own name at 127.0.0.1 (DNS rebinding) must not read the recorded episodes through the browser.
+            if not is_loopback(_host_name(request.headers.get("host", ""))):
+                return PlainTextResponse(
+                    "This explorer answers requests to 127.0.0.1 or localhost only.", status_code=421
+                )
             return await call_next(request)
         expected = self.key.encode()
         # Bytes: compare_digest refuses str with non-ASCII characters, which a header may hold.
@@ -64,3 +70,10 @@ class KeyCheck:
         if request.query_params.get("key"):
             response.set_cookie(COOKIE, self.key, httponly=True, samesite="strict")
         return response
+
+
+def _host_name(host: str) -> str:
+    """The name in a Host header, without its port (`[::1]:8765` -> `::1`)."""
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host

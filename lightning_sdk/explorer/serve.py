@@ -74,9 +74,11 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(64)
-    except OSError:
+    except OSError as error:
         sock.close()
-        raise
+        raise OSError(
+            f"cannot listen on {host}:{port} ({error.strerror}); pick another --port (0: a free one)"
+        ) from None
     return sock
 
 
