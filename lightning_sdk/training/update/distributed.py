@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar, cast
 
 from lightning_sdk.engine.placement import Placement, plan_placement
 
 if TYPE_CHECKING:
+    import torch
     from peft import PeftModel
     from torch.nn.parallel import DistributedDataParallel
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     PolicyModel: TypeAlias = PeftModel | DistributedDataParallel
     """The LoRA model being trained: a `PeftModel`, wrapped in `DistributedDataParallel` under torchrun."""
 
-__all__ = ["NCCL_DEFAULT_TIMEOUT", "Distributed"]
+__all__ = ["NCCL_DEFAULT_TIMEOUT", "Distributed", "unwrap"]
 
 T = TypeVar("T")
 
@@ -113,8 +114,8 @@ class Distributed:
 
     @staticmethod
     def unwrap(model: PolicyModel) -> PeftModel:
-        """The peft model inside a DDP wrapper (or the model itself)."""
-        return cast("PeftModel", getattr(model, "module", model))
+        """The peft model inside a DDP wrapper (or the model itself): `unwrap(model)`."""
+        return cast("PeftModel", unwrap(model))
 
     def shard(self, items: list[T]) -> list[T]:
         """This rank's share of the step's tasks: every `world_size`-th, starting at `rank`."""
@@ -175,6 +176,21 @@ class Distributed:
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def unwrap(model: torch.nn.Module, to: Literal["adapter", "base"] = "adapter") -> torch.nn.Module:
+    """The model inside the wrappers the trainer puts around it, the one place that unwraps them.
+
+    `"adapter"` takes off DistributedDataParallel (under torchrun): the peft model, whose adapter is saved
+    and whose flags (gradient checkpointing) the training pass reads. `"base"` takes off peft's wrapper too:
+    the transformers causal LM, whose config, decoder and output embeddings the training pass uses. A model
+    without a wrapper is itself.
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    get_base_model = getattr(inner, "get_base_model", None) if to == "base" else None  # peft
+    return cast("torch.nn.Module", get_base_model()) if callable(get_base_model) else inner
 
 
 def _average(values: dict[str, float], weight_key: str, world_size: int) -> dict[str, float]:

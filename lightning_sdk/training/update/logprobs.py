@@ -19,7 +19,8 @@ Per-token tensors are `[B, Lc]`, aligned with `completion_ids` (see `batching.py
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import Any, Literal
 
 import torch
@@ -27,6 +28,7 @@ from torch.utils.checkpoint import checkpoint
 
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.update.batching import Batch, micro_batches, positions
+from lightning_sdk.training.update.distributed import unwrap
 from lightning_sdk.training.update.packed_attention import (
     attention_implementation,
     packed_attention_mask,
@@ -37,7 +39,6 @@ from lightning_sdk.training.update.packing import PackedRow, pack
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
     "Layout",
-    "counts_packed_tokens",
     "default_layout",
     "plan_micro_batches",
     "token_logprobs",
@@ -103,19 +104,23 @@ def token_logprobs(
     return _chunked(head, hidden, batch, with_entropy, chunk_tokens)
 
 
-def default_layout(model: torch.nn.Module, batch: Batch) -> Layout:
-    """The layout `token_logprobs` uses when none is given.
+def default_layout(model: torch.nn.Module, batch: Batch | None = None) -> Layout:
+    """The layout a batch of `model` runs in when none is given: the one rule, read both by `token_logprobs`
+    (with the batch) and by `plan_micro_batches` (without one, before the micro-batches exist).
 
-    On a GPU, packed. On a CPU there is no flex-attention backward pass, and the dense mask makes the packed
-    row's attention quadratic in the whole row (every completion against its siblings' tokens too): prompts
+    On a GPU, packed for every batch; a model that cannot pack runs padded, with one logged line saying
+    why. On a CPU there is no flex-attention backward pass, and the dense mask makes the packed row's
+    attention quadratic in the whole row (every completion against its siblings' tokens too): prompts
     that repeat share a key/value cache instead where the model keeps one (no gradient checkpointing, no
     DistributedDataParallel), 16-27% less time than packed on the bundled model; where it does not, packed
-    (2.3 times less than padded); samples that share no prompt run padded (`benchmarks/train_step.py`).
-    A model that cannot take the packed layout runs padded.
+    (2.3 times less than padded), or padded where the model cannot pack; samples that share no prompt run
+    padded (`benchmarks/train_step.py`). So on a CPU the layout depends on the batch, and without one the
+    answer is padded: its tokens bound those of every layout, so micro-batches planned by it fit whichever
+    one a batch then takes.
     """
     if next(model.parameters()).device.type != "cpu":
-        return "packed"  # `token_logprobs` falls back to padded, saying why, where the model cannot pack
-    if batch.num_prompts == batch.num_sequences:
+        return "padded" if _cannot_pack(model) else "packed"
+    if batch is None or batch.num_prompts == batch.num_sequences:
         return "padded"
     if not _uses_cache_badly(model):
         return "cached"
@@ -125,18 +130,13 @@ def default_layout(model: torch.nn.Module, batch: Batch) -> Layout:
 def plan_micro_batches(
     model: torch.nn.Module, samples: Sequence[Sample], size: int | None, max_tokens: int | None
 ) -> list[list[Sample]]:
-    """`micro_batches` for the layout `model` runs them in. Where it packs (a GPU), `max_tokens` counts
-    packed tokens and alone bounds a micro-batch (a budget of short samples fills it, rather than `size`
-    sequences leaving the GPU idle); elsewhere padded tokens and `size` sequences do."""
-    packed = counts_packed_tokens(model)
+    """`micro_batches` for the layout `model` runs them in (`default_layout` without a batch). Where it
+    packs (a GPU), `max_tokens` counts packed tokens and alone bounds a micro-batch (a budget of short
+    samples fills it, rather than `size` sequences leaving the GPU idle); elsewhere padded tokens and
+    `size` sequences do."""
+    packed = default_layout(model) == "packed"
     limit = None if packed and max_tokens is not None else size
     return micro_batches(samples, limit, max_tokens, packed=packed)
-
-
-def counts_packed_tokens(model: torch.nn.Module) -> bool:
-    """Whether a micro-batch of `model` is bounded, and measured, in packed tokens (a GPU that packs) rather
-    than padded ones (`batching.batch_tokens`)."""
-    return next(model.parameters()).device.type != "cpu" and packing_problem(model) is None
 
 
 _told: set[str] = set()
@@ -209,46 +209,52 @@ def _chunked_flat(
     logprobs, entropies = [], []
     for start in range(0, int(predictors.shape[0]), chunk_tokens):
         piece = slice(start, start + chunk_tokens)
-        arguments = (hidden, predictors[piece], targets[piece], temperatures[piece])
-        chunk, entropy = _project_chunk(_GatheredProjection(head, with_entropy), hidden, arguments)
+        chunk, entropy = _project_chunk(
+            head, with_entropy, hidden, targets[piece], temperatures[piece], predictors[piece]
+        )
         logprobs.append(chunk)
         entropies.append(entropy)
     return torch.cat(logprobs), torch.cat(entropies) if with_entropy else None
 
 
 def _project_chunk(
-    project: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    head: torch.nn.Module,
+    with_entropy: bool,
     hidden: torch.Tensor,
-    arguments: tuple[Any, ...],
+    ids: torch.Tensor,
+    temperatures: torch.Tensor,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One chunk's projection; under autograd checkpointed, so its logits are recomputed in the backward
-    pass instead of kept until then."""
+    """One chunk's log-probabilities of `ids` (and entropies, without gradient; a 0-d zero without them)
+    under `head(hidden)`, or `head(hidden[positions])` where the chunk gathers its predicting positions.
+    Under autograd checkpointed, so its logits are recomputed in the backward pass instead of kept."""
+    project = partial(_head_logprobs, head, with_entropy)
     if torch.is_grad_enabled() and hidden.requires_grad:
-        result: tuple[torch.Tensor, torch.Tensor] = checkpoint(project, *arguments, use_reentrant=False)
+        result: tuple[torch.Tensor, torch.Tensor] = checkpoint(
+            project, hidden, ids, temperatures, positions, use_reentrant=False
+        )
         return result
-    return project(*arguments)
+    return project(hidden, ids, temperatures, positions)
 
 
-class _GatheredProjection:
-    """One chunk of predicting positions: their hidden states, projected, log-probabilities and entropies."""
-
-    def __init__(self, head: torch.nn.Module, with_entropy: bool) -> None:
-        self.head, self.with_entropy = head, with_entropy
-
-    def __call__(
-        self, hidden: torch.Tensor, positions: torch.Tensor, ids: torch.Tensor, temperatures: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.head(hidden[positions])
-        logprobs, entropy = _project(logits, ids, temperatures, self.with_entropy)
-        return logprobs, entropy if entropy is not None else logprobs.new_zeros(())
+def _head_logprobs(
+    head: torch.nn.Module,
+    with_entropy: bool,
+    hidden: torch.Tensor,
+    ids: torch.Tensor,
+    temperatures: torch.Tensor,
+    positions: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = head(hidden if positions is None else hidden[positions])
+    logprobs, entropy = _project(logits, ids, temperatures, with_entropy)
+    return logprobs, entropy if entropy is not None else logprobs.new_zeros(())
 
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
     """The decoder body and the vocabulary projection of a causal LM whose logits are `head(hidden)`."""
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return None  # its gradient sync hooks run only through the wrapper's forward
-    get_base: Callable[[], Any] | None = getattr(model, "get_base_model", None)  # peft
-    causal: Any = get_base() if get_base is not None else model
+    causal = unwrap(model, "base")
     decoder = getattr(causal, "base_model", None)
     output_embeddings = getattr(causal, "get_output_embeddings", None)
     head = output_embeddings() if callable(output_embeddings) else None
@@ -268,29 +274,14 @@ def _chunked(
     step = max(1, chunk_tokens // max(rows, 1))  # positions per chunk, across every row of the batch
     logprobs, entropies = [], []
     for start in range(0, width, step):
-        arguments = (
-            hidden[:, start : start + step],
-            batch.completion_ids[:, start : start + step],
-            batch.temperatures,
+        columns = slice(start, start + step)
+        chunk, entropy = _project_chunk(
+            head, with_entropy, hidden[:, columns], batch.completion_ids[:, columns], batch.temperatures
         )
-        chunk, entropy = _project_chunk(_ChunkProjection(head, with_entropy), hidden, arguments)
         logprobs.append(chunk)
         entropies.append(entropy)
     entropy_all = torch.cat(entropies, dim=1) if with_entropy else None
     return torch.cat(logprobs, dim=1), entropy_all
-
-
-class _ChunkProjection:
-    """One chunk's log-probabilities (and entropies, without gradient) from its hidden states."""
-
-    def __init__(self, head: torch.nn.Module, with_entropy: bool) -> None:
-        self.head, self.with_entropy = head, with_entropy
-
-    def __call__(
-        self, hidden: torch.Tensor, ids: torch.Tensor, temperatures: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        logprobs, entropy = _project(self.head(hidden), ids, temperatures, self.with_entropy)
-        return logprobs, entropy if entropy is not None else logprobs.new_zeros(())
 
 
 def _project(
@@ -344,7 +335,7 @@ def _full_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     return logits
 
 
-def _shared_prompt_passes(module: torch.nn.Module, batch: Batch, **prompt_options: Any) -> tuple[Any, Any]:
+def _shared_prompt_passes(module: torch.nn.Module, batch: Batch, **prompt_options: int) -> tuple[Any, Any]:
     """Each distinct prompt through `module` once, then every completion on a copy of its prompt's cache
     (the gradient flows back through the shared cache)."""
     from transformers import DynamicCache
@@ -383,5 +374,5 @@ def _shared_prompt_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 
 
 def _uses_cache_badly(model: torch.nn.Module) -> bool:
-    inner = getattr(model, "module", model)  # DistributedDataParallel
+    inner = unwrap(model)  # not `model` under DistributedDataParallel
     return inner is not model or bool(getattr(inner, "is_gradient_checkpointing", False))

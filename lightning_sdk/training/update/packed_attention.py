@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from lightning_sdk.training.update.distributed import unwrap
 from lightning_sdk.training.update.packing import PackedRow
 
 __all__ = [
@@ -96,14 +97,14 @@ def head_dim_problem(model_config: Any) -> str | None:
 
 def attention_implementation(model: torch.nn.Module) -> str | None:
     """The attention implementation of a transformers model (possibly peft- or DDP-wrapped)."""
-    config: Any = getattr(_causal_lm(model), "config", None)
+    config: Any = getattr(unwrap(model, "base"), "config", None)
     value = getattr(config, "_attn_implementation", None)
     return value if isinstance(value, str) else None
 
 
 def packing_problem(model: torch.nn.Module) -> str | None:
     """Why the packed layout cannot run on `model`, or None when it can."""
-    causal = _causal_lm(model)
+    causal = unwrap(model, "base")
     config: Any = getattr(causal, "config", None)
     implementation = attention_implementation(model)
     if implementation not in PACKED_ATTENTION:
@@ -147,9 +148,3 @@ def _block_mask(row: PackedRow) -> Any:
     # Evaluated densely once per micro-batch ([T, T] booleans, freed before the forward pass), then kept as
     # one entry per 128 x 128 block: plain torch, no compilation to go wrong.
     return create_block_mask(sees, None, None, row.length, row.length, device=row.input_ids.device)
-
-
-def _causal_lm(model: torch.nn.Module) -> Any:
-    inner: Any = getattr(model, "module", model)  # DistributedDataParallel
-    get_base = getattr(inner, "get_base_model", None)  # peft
-    return get_base() if callable(get_base) else inner

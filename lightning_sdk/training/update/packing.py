@@ -30,7 +30,7 @@ import torch
 
 from lightning_sdk.training.update.batching import Batch
 
-__all__ = ["PackedRow", "pack", "packed_tokens"]
+__all__ = ["PackedRow", "pack"]
 
 
 @dataclass
@@ -129,8 +129,3 @@ def pack(batch: Batch) -> PackedRow:
         rows=flat_rows,
         columns=flat_columns,
     )
-
-
-def packed_tokens(prompt_lengths: dict[tuple[int, ...], int], completion_lengths: list[int]) -> int:
-    """Tokens of a packed row: each distinct prompt once plus every completion."""
-    return sum(prompt_lengths.values()) + sum(completion_lengths)

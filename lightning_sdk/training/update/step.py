@@ -13,7 +13,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.update.batching import Batch, batch_tokens, collate
-from lightning_sdk.training.update.logprobs import counts_packed_tokens, plan_micro_batches, token_logprobs
+from lightning_sdk.training.update.logprobs import default_layout, plan_micro_batches, token_logprobs
 from lightning_sdk.training.update.lora import reference_adapter
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 
@@ -115,7 +115,7 @@ def train_on_samples(
         plan_micro_batches(model, mini, config.micro_batch_size, config.micro_batch_tokens)
         for mini in split_mini_batches(samples, config.mini_batches_per_step)
     ]
-    packed = counts_packed_tokens(model)
+    packed = default_layout(model) == "packed"  # as `plan_micro_batches` counted them
     largest = max(batch_tokens(chunk, packed) for mini in chunks for chunk in mini)
     device = next(model.parameters()).device
     plan = [[collate(chunk, pad_token_id, device) for chunk in mini] for mini in chunks]
