@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_sdk.tracing.formats.otlp_messages import TraceImportError, chat_tool_call
+from lightning_sdk.tracing.formats.otlp_messages import TraceImportError, chat_tool_call, otlp_list
 
 __all__ = ["DETAILS_EVENT", "MESSAGE_EVENTS", "CallEvent", "event_content", "events_by_span"]
 
@@ -55,9 +55,9 @@ def events_by_span(
     kind than GenAI's, are left out."""
     found: dict[tuple[str, str], list[CallEvent]] = {}
     for document in documents:
-        for resource in _list(document, "resourceLogs"):
-            for scope in _list(resource, "scopeLogs"):
-                for record in _list(scope, "logRecords"):
+        for resource in otlp_list(document, "resourceLogs"):
+            for scope in otlp_list(resource, "scopeLogs"):
+                for record in otlp_list(scope, "logRecords"):
                     if (
                         not isinstance(record, Mapping)
                         or not record.get("traceId")
@@ -151,8 +151,3 @@ def _tool_call(call: Any, where: str) -> dict[str, Any]:
         raise TraceImportError(f"{where}: a tool call record without its function: {call!r:.200}")
     function = call["function"]
     return chat_tool_call(call.get("id"), function.get("name"), function.get("arguments"))
-
-
-def _list(holder: Any, key: str) -> list[Any]:
-    value = holder.get(key) if isinstance(holder, Mapping) else None
-    return value if isinstance(value, list) else []

@@ -37,7 +37,7 @@ from typing import Any
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.formats.otlp_events import CallEvent, event_content, events_by_span
-from lightning_sdk.tracing.formats.otlp_messages import TraceImportError, span_messages, span_tools
+from lightning_sdk.tracing.formats.otlp_messages import TraceImportError, otlp_list, span_messages, span_tools
 
 __all__ = [
     "CALL_OPERATIONS",
@@ -171,14 +171,10 @@ def _documents(path: Path) -> Iterator[Mapping[str, Any]]:
 def _spans_of(documents: Iterable[Mapping[str, Any]]) -> Iterator[_Span]:
     for document in documents:
         for resource in document["resourceSpans"]:
-            for scope in _list(resource, "scopeSpans") + _list(resource, "instrumentationLibrarySpans"):
-                for raw in _list(scope, "spans"):
+            scopes = otlp_list(resource, "scopeSpans") + otlp_list(resource, "instrumentationLibrarySpans")
+            for scope in scopes:
+                for raw in otlp_list(scope, "spans"):
                     yield _span(raw)
-
-
-def _list(holder: Any, key: str) -> list[Any]:
-    value = holder.get(key) if isinstance(holder, Mapping) else None
-    return value if isinstance(value, list) else []
 
 
 def _span(raw: Any) -> _Span:

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["TraceImportError", "chat_tool_call", "span_messages", "span_tools"]
+__all__ = ["TraceImportError", "chat_tool_call", "otlp_list", "span_messages", "span_tools"]
 
 
 class TraceImportError(ValueError):
@@ -96,6 +96,13 @@ def _text(parts: list[Any], where: str) -> str | None:
 
 def _tool_call(part: Mapping[str, Any]) -> dict[str, Any]:
     return chat_tool_call(part.get("id"), part.get("name"), part.get("arguments"))
+
+
+def otlp_list(holder: object, key: str) -> list[Any]:
+    """The list under `key` of an OTLP JSON object (`resourceSpans`, `scopeLogs`, ...), or `[]` where the
+    holder is no object or the key holds no list: a file of another exporter may leave either out."""
+    value = holder.get(key) if isinstance(holder, Mapping) else None
+    return value if isinstance(value, list) else []
 
 
 def chat_tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
