@@ -118,8 +118,8 @@ def compile_problem(schema_json: str) -> str | None:
     except ImportError:
         return None
     grammar = LLMatcher.grammar_from_lark(f"start: %json {schema_json}\n")
-    problem = LLMatcher.validate_grammar(grammar)
-    return problem.strip().splitlines()[0] if problem.strip() else None  # the line that says what
+    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)  # warnings compile all the same
+    return (messages[0].strip().splitlines() or ["(no message)"])[0] if is_error else None
 
 
 @functools.lru_cache(maxsize=256)
