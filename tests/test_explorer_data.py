@@ -18,7 +18,7 @@ from lightning_sdk.cli import main
 from lightning_sdk.explorer import StoreProblem, write_snapshot
 from lightning_sdk.explorer.access import is_loopback
 from lightning_sdk.explorer.app import build_app
-from lightning_sdk.explorer.episode_views import NOT_RECORDED, call_view, group_view
+from lightning_sdk.explorer.episode_views import NOT_RECORDED, call_view, episode_view, group_view
 from lightning_sdk.explorer.run_folder import GROUPS_PER_PAGE, MetricsTail, RunSource
 from lightning_sdk.explorer.store_reader import EpisodeFilter, StoreReader
 from lightning_sdk.tracing.episode import Episode, LLMCall
@@ -339,3 +339,15 @@ def test_a_long_runs_snapshot_shows_the_newest_steps_and_a_spread_of_the_rest(tm
     assert linked == set(sections)  # a step left out is listed, not linked to a section that is not there
     left_out = sorted(set(range(1, 13)) - linked)
     assert len(left_out) == 7 and all(f"<td>step {step}</td>" in page for step in left_out)
+
+
+def test_a_call_that_continues_an_earlier_conversation_shows_only_what_is_new() -> None:
+    import random
+
+    episode = tool_episode({"question": "q", "expression": "1 + 2"}, True, random.Random(0))
+    first, second = episode_view(episode)["calls"]
+    assert [m["role"] for m in first["messages"]] == ["user"] and first["earlier"] is None
+    # The second call was sent the first call's question, its tool call and the tool's result.
+    assert [m["role"] for m in second["messages"]] == ["assistant", "tool"]
+    assert second["earlier"] == {"count": 1, "call": 1}
+    assert second["messages"][1]["text"] == "3"

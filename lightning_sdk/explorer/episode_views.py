@@ -220,8 +220,14 @@ def _step_parts(call: LLMCall) -> str:
     )
 
 
-def call_view(call: LLMCall, owner: Episode, index: int) -> dict[str, Any]:
-    """One model call: what it saw, what it answered, and what training made of it."""
+def call_view(
+    call: LLMCall, owner: Episode, index: int, earlier: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """One model call: what it saw, what it answered, and what training made of it.
+
+    `earlier`: (n, k) when the call's first `n` messages are exactly those of call `k` before it (an agent's
+    conversation grows by a reply and a tool result each turn): only the new messages are shown, so a long
+    episode's page does not repeat its history once per call."""
     usage = call.usage or {}
     prompt_tokens = len(call.prompt_token_ids) if call.prompt_token_ids else usage.get("prompt_tokens")
     completion_tokens = (
@@ -229,7 +235,8 @@ def call_view(call: LLMCall, owner: Episode, index: int) -> dict[str, Any]:
         if call.completion_token_ids is not None
         else usage.get("completion_tokens")
     )
-    messages = [_message_view(message) for message in call.messages or []]
+    shown = (call.messages or [])[earlier[0] if earlier else 0 :]
+    messages = [_message_view(message) for message in shown]
     if call.prompt is not None:
         messages.append({"role": "prompt", "text": call.prompt, "tool_calls": [], "tool_call_id": ""})
     reply_text = _content_text((call.response_message or {}).get("content")) or (call.text or "")
@@ -255,6 +262,7 @@ def call_view(call: LLMCall, owner: Episode, index: int) -> dict[str, Any]:
         "trained": _trained(call),
         "credit_rule": str(call.metadata.get(CREDIT_KEYS["credit_rule"]) or NOT_RECORDED),
         "step_parts": _step_parts(call),
+        "earlier": {"count": earlier[0], "call": earlier[1] + 1} if earlier else None,
     }
 
 
@@ -282,7 +290,22 @@ def episode_view(episode: Episode) -> dict[str, Any]:
         "task_index": episode.metadata.get("task_index"),
         "sample": episode.metadata.get("sample"),
         "evaluation": bool(episode.metadata.get("evaluation")),
-        "calls": [
-            call_view(call, owner, index) for index, (call, owner) in enumerate(calls_with_owner(episode))
-        ],
+        "calls": _call_views(episode),
     }
+
+
+def _call_views(episode: Episode) -> list[dict[str, Any]]:
+    """Every call's view; a call that continues an earlier call's conversation (the same messages first,
+    then more) shows only what is new."""
+    views = []
+    previous: list[tuple[int, list[Any]]] = []  # each earlier call's index and messages
+    for index, (call, owner) in enumerate(calls_with_owner(episode)):
+        messages = call.messages or []
+        earlier = None
+        for number, seen in reversed(previous):  # the latest call it continues
+            if seen and len(seen) < len(messages) and messages[: len(seen)] == seen:
+                earlier = (len(seen), number)
+                break
+        views.append(call_view(call, owner, index, earlier))
+        previous.append((index, messages))
+    return views
