@@ -43,7 +43,8 @@ def main() -> None:
             page.wait_for_selector("section.group")
             page.screenshot(path=ASSETS / "explorer-step.png", full_page=False)
             page.locator("a.sample.failed").first.click()
-            page.locator("details.call summary").first.click()
+            for summary in page.locator("details.call summary").all()[:2]:
+                summary.click()  # the tool call, and the call that read its result
             page.screenshot(path=ASSETS / "explorer-episode.png", full_page=False)
             page.goto(server.url + "held-out")
             page.screenshot(path=ASSETS / "explorer-held-out.png", full_page=False)

@@ -256,7 +256,7 @@ def call_view(
         "prompt_tokens": prompt_tokens if prompt_tokens is not None else NOT_RECORDED,
         "completion_tokens": completion_tokens if completion_tokens is not None else NOT_RECORDED,
         "latency": f"{call.latency_s:.2f} s" if call.latency_s is not None else NOT_RECORDED,
-        "step_reward": number(call.reward),
+        "step_reward": number(call.reward) if call.reward is not None else "none (no emit_reward)",
         "credited_reward": number(call.metadata.get(CREDIT_KEYS["credited_reward"])),
         "advantage": _advantage(call),
         "trained": _trained(call),
