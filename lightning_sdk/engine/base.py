@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Self
 
 from lightning_sdk.engine.models import ResolvedModel
 from lightning_sdk.engine.streams import RequestStream, ResultBuilder
 from lightning_sdk.engine.types import CompletionDelta, GenerationResult, SamplingParams, WeightVersion
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["EngineBase"]
 
@@ -21,11 +24,11 @@ class EngineBase:
     """
 
     model: ResolvedModel
-    _tokenizer: Any
+    _tokenizer: PreTrainedTokenizerBase
     _version: WeightVersion = None
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> PreTrainedTokenizerBase:
         """The model's Hugging Face tokenizer (with its chat template)."""
         return self._tokenizer
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lightning_sdk.engine.text import REPLACEMENT_CHARACTER
+from lightning_sdk.engine.text import REPLACEMENT_CHARACTER, decode
 from lightning_sdk.engine.types import CompletionDelta, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["Row", "decode_batch", "sample_token"]
 
@@ -82,7 +85,9 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def decode_batch(model: Any, tokenizer: Any, rows: Sequence[Row], eos_ids: set[int], pad_id: int) -> None:
+def decode_batch(
+    model: Any, tokenizer: PreTrainedTokenizerBase, rows: Sequence[Row], eos_ids: set[int], pad_id: int
+) -> None:
     """Generate every row to completion, emitting deltas after each step."""
     device = next(model.parameters()).device
     width = max(len(row.prompt_token_ids) for row in rows)
@@ -117,10 +122,10 @@ def decode_batch(model: Any, tokenizer: Any, rows: Sequence[Row], eos_ids: set[i
         positions = positions[:, -1:] + 1
 
 
-def _advance(row: Row, logits: torch.Tensor, tokenizer: Any, eos_ids: set[int]) -> None:
+def _advance(row: Row, logits: torch.Tensor, tokenizer: PreTrainedTokenizerBase, eos_ids: set[int]) -> None:
     token, logprob, top = sample_token(logits, row.params, row.generator, row.token_ids)
     row.token_ids.append(token)
-    decoded = tokenizer.decode(row.token_ids, skip_special_tokens=True)
+    decoded = decode(tokenizer, row.token_ids, skip_special_tokens=True)
     if not decoded.endswith(REPLACEMENT_CHARACTER):  # else this token left a character unfinished
         row.text = decoded
     text, finish = row.text, None

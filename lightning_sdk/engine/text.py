@@ -13,15 +13,18 @@ does, and `TransformersEngine` follows the same rule.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
-__all__ = ["REPLACEMENT_CHARACTER", "complete_text"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["REPLACEMENT_CHARACTER", "complete_text", "decode"]
 
 REPLACEMENT_CHARACTER = "\ufffd"
 """What a decoder writes for bytes that do not (yet) form a character."""
 
 
-def complete_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
+def complete_text(tokenizer: PreTrainedTokenizerBase, token_ids: Sequence[int]) -> str:
     """The completion text of `token_ids`: decoded up to the last token that finishes a character.
 
     Special tokens are skipped, as in responses. Equal to `tokenizer.decode(token_ids)` whenever that does
@@ -30,7 +33,15 @@ def complete_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
     ids = list(token_ids)
     # Usually the first decode is the answer; an unfinished character costs one to three more.
     for cut in range(len(ids), 0, -1):
-        text: str = tokenizer.decode(ids[:cut], skip_special_tokens=True)
+        text = decode(tokenizer, ids[:cut], skip_special_tokens=True)
         if not text.endswith(REPLACEMENT_CHARACTER):
             return text
     return ""
+
+
+def decode(
+    tokenizer: PreTrainedTokenizerBase, token_ids: Sequence[int], skip_special_tokens: bool = False
+) -> str:
+    """The text of one sequence of ids, as `tokenizer.decode` writes it (transformers types that call for a
+    batch of sequences too, whose answer is a list)."""
+    return cast("str", tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens))

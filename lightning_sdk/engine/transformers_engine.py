@@ -23,6 +23,7 @@ from lightning_sdk.engine.types import (
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["TransformersEngine"]
 
@@ -246,7 +247,7 @@ def _explicit_device(device: str) -> str:
     return device
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def _eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> set[int]:
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     generation_eos = getattr(model.generation_config, "eos_token_id", None)
     if generation_eos is not None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedTokenizerBase
 
     from lightning_sdk.engine.models import ResolvedModel
 
@@ -295,7 +296,7 @@ class Engine(Protocol):
     """Most role adapters served at once (`load_adapter(..., role=...)`); 0 where roles are not served."""
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> PreTrainedTokenizerBase:
         """The Hugging Face tokenizer of the model (with its chat template)."""
 
     @property

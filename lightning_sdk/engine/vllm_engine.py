@@ -32,6 +32,7 @@ from lightning_sdk.engine.vllm_setup import TorchThreads, import_vllm
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedTokenizerBase
     from vllm import EngineArgs
 
 __all__ = ["VLLMEngine"]
@@ -139,7 +140,8 @@ class VLLMEngine(EngineBase):
         self.dtype: str = str(self._engine.model_config.dtype).removeprefix("torch.")
         """The dtype the engine computes in (e.g. `"float32"`), with `"auto"` resolved."""
         self.max_model_len: int = self._engine.model_config.max_model_len
-        self._tokenizer = self._engine.get_tokenizer()
+        # The model's Hugging Face tokenizer (vLLM's `TokenizerLike` also covers modes not used here).
+        self._tokenizer = cast("PreTrainedTokenizerBase", self._engine.get_tokenizer())
         self._version: WeightVersion = None
         self._adapters = ServedAdapters(
             lambda write: self._loop.call(_writing(write)), lambda call: self._loop.call(call), max_adapters

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -36,6 +36,9 @@ from lightning_sdk.serving.passthrough.forward import (
 from lightning_sdk.serving.passthrough.upstream import Upstream
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.tools.parsers import HERMES, ToolCallParser, make_tool_parser
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["MODEL_ALIASES", "RouteInstaller", "create_app"]
 
@@ -135,7 +138,7 @@ def install_info_routes(app: FastAPI, ctx: ServingContext) -> None:
         return openapi_document("lightning-sdk", __version__, ctx.served)
 
 
-def _tool_parser(name: str, tokenizer: Any) -> ToolCallParser:
+def _tool_parser(name: str, tokenizer: PreTrainedTokenizerBase) -> ToolCallParser:
     """The parser called `name`; another format than Hermes needs a template that shows the model its tools
     (for the others the server describes the tools in the Hermes format itself)."""
     if name != HERMES and not template_supports_tools(tokenizer):

@@ -7,7 +7,7 @@ import dataclasses
 import hmac
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
@@ -33,6 +33,9 @@ from lightning_sdk.serving.tools.calls import ParsedOutput, ToolTextFilter, vali
 from lightning_sdk.serving.tools.grammar import tool_grammar
 from lightning_sdk.serving.tools.parsers import HERMES, HermesParser, ToolCallParser
 from lightning_sdk.tracing.routing import ROLE_HEADER
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["MODEL_ALIASES", "PreparedChat", "ServingContext", "run_engine"]
 
@@ -102,7 +105,7 @@ class ServingContext:
         return self
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> PreTrainedTokenizerBase:
         return self.engine.tokenizer
 
     @property

@@ -8,7 +8,7 @@ returned whole or as server-sent events, with what was served handed to `observe
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.serving.chat.bodies import (
     ResponseMeta,
@@ -31,6 +31,9 @@ from lightning_sdk.serving.chat.template import check_prompt_chars
 from lightning_sdk.serving.context import ServingContext, run_engine
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.served import ServedCall, ServedChoice, ServedObserver, StreamedCall
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["serve_chat", "serve_completions"]
 
@@ -143,7 +146,7 @@ async def serve_completions(ctx: ServingContext, body: Any, observe: ServedObser
     return response
 
 
-def _prompt_ids(tokenizer: Any, prompt: Any, max_chars: int) -> list[list[int]]:
+def _prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: Any, max_chars: int) -> list[list[int]]:
     if isinstance(prompt, str):
         prompts: list[Any] = [prompt]
     elif prompt and all(isinstance(token, int) for token in prompt):

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lightning_sdk.engine.text import decode
 from lightning_sdk.engine.types import Completion, CompletionDelta, GenerationResult
 from lightning_sdk.serving.tools.calls import ParsedOutput
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "LOWEST_LOGPROB",
@@ -69,7 +73,7 @@ def finish_reason(engine_reason: str | None, has_tool_calls: bool) -> str | None
 
 
 def chat_logprobs(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     token_ids: list[int],
     logprobs: list[float],
     top: list[dict[int, float]] | None,
@@ -90,8 +94,8 @@ def chat_logprobs(
     return {"content": content, "refusal": None}
 
 
-def _token_entry(tokenizer: Any, token_id: int, logprob: float) -> dict[str, Any]:
-    token = tokenizer.decode([token_id])
+def _token_entry(tokenizer: PreTrainedTokenizerBase, token_id: int, logprob: float) -> dict[str, Any]:
+    token = decode(tokenizer, [token_id])
     return {"token": token, "logprob": served_logprob(logprob), "bytes": list(token.encode("utf-8"))}
 
 
@@ -141,7 +145,7 @@ def chat_chunk(meta: ResponseMeta, choices: list[dict[str, Any]], **extra: Any) 
 
 
 def completion_logprobs(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     token_ids: list[int],
     logprobs: list[float],
     top: list[dict[int, float]] | None,

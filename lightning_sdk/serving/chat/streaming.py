@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fastapi.responses import StreamingResponse
 
@@ -23,6 +23,9 @@ from lightning_sdk.serving.chat.bodies import (
 from lightning_sdk.serving.errors import APIError, error_body
 from lightning_sdk.serving.served import StreamedCall
 from lightning_sdk.serving.tools.calls import ToolTextFilter
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "StagedEvents",
@@ -95,7 +98,7 @@ async def chat_events(
     deltas: AsyncIterator[CompletionDelta],
     *,
     meta: ResponseMeta,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     prompt_token_ids: list[int],
     n: int,
     text_filter: Callable[[], ToolTextFilter] | None,
@@ -145,7 +148,7 @@ async def chat_events(
 def _chat_delta(
     delta: CompletionDelta,
     text_filter: ToolTextFilter | None,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     top_logprobs: int | None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One chunk's choice, and the tool calls it sends (at the end of a choice with tools)."""
@@ -210,7 +213,7 @@ async def completion_events(
     deltas: AsyncIterator[tuple[int, CompletionDelta]],
     *,
     meta: ResponseMeta,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[list[int]],
     n: int,
     top_logprobs: int | None,

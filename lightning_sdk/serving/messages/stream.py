@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lightning_sdk.engine.text import decode
 from lightning_sdk.engine.types import CompletionDelta
 from lightning_sdk.serving.chat.bodies import finish_reason, usage
 from lightning_sdk.serving.context import PreparedChat
@@ -44,6 +45,9 @@ from lightning_sdk.serving.messages.translate import answer_parts, matched_stop_
 from lightning_sdk.serving.served import StreamedCall
 from lightning_sdk.serving.tools.calls import ParsedOutput
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 __all__ = ["MessageStream", "ending", "sse_event"]
 
 log = logging.getLogger(__name__)
@@ -65,7 +69,7 @@ def sse_event(event: _Event) -> str:
 
 
 def ending(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     engine_finish: str | None,
     token_ids: list[int],
     text: str,
@@ -77,7 +81,7 @@ def ending(
     included)."""
     matched = None
     if engine_finish == "stop" and stop_sequences and not tool_use:
-        sampled = tokenizer.decode(token_ids, skip_special_tokens=True)
+        sampled = decode(tokenizer, token_ids, skip_special_tokens=True)
         matched = matched_stop_sequence(sampled, text, stop_sequences)
     return MessageDelta(stop_reason=stop_reason(engine_finish, tool_use, matched), stop_sequence=matched)
 
@@ -92,7 +96,7 @@ class MessageStream:
         message_id: str,
         model: str,
         prepared: PreparedChat,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         stop_sequences: Sequence[str],
         weight_version: Any,
         served: StreamedCall | None = None,

@@ -16,9 +16,13 @@ request state), and refuses what only the Hermes format supports with a 400 that
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from lightning_sdk.serving.tools.calls import TOOL_CALL_START, ParsedOutput, parse_tool_calls
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from vllm.tokenizers import TokenizerLike
 
 __all__ = ["HERMES", "ToolCallParser", "make_tool_parser"]
 
@@ -60,7 +64,7 @@ class VLLMToolParser:
 
     marker: str | None = None
 
-    def __init__(self, name: str, tokenizer: Any) -> None:
+    def __init__(self, name: str, tokenizer: PreTrainedTokenizerBase) -> None:
         from vllm.tool_parsers import ToolParserManager
 
         try:
@@ -69,9 +73,10 @@ class VLLMToolParser:
             known = ", ".join(sorted({*ToolParserManager.tool_parsers, *ToolParserManager.lazy_parsers}))
             raise ValueError(f"tool_parser={name!r} is not one of vLLM's tool parsers: {known}.") from None
         self.name = name
-        self._tokenizer = tokenizer
+        # vLLM's parsers take its `TokenizerLike`, which a Hugging Face tokenizer serves at run time.
+        self._tokenizer = cast("TokenizerLike", tokenizer)
         # Fails now, with the parser's reason, if the tokenizer lacks the format's special tokens.
-        self._parser_class(tokenizer, None)
+        self._parser_class(self._tokenizer, None)
 
     def parse(self, text: str, tools: list[dict[str, Any]]) -> ParsedOutput:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
@@ -95,6 +100,6 @@ class VLLMToolParser:
         return ParsedOutput((found.content or "").strip() or None, calls)
 
 
-def make_tool_parser(name: str, tokenizer: Any) -> ToolCallParser:
+def make_tool_parser(name: str, tokenizer: PreTrainedTokenizerBase) -> ToolCallParser:
     """The parser called `name`: `"hermes"` (ours) or a vLLM tool parser name."""
     return HermesParser() if name == HERMES else VLLMToolParser(name, tokenizer)

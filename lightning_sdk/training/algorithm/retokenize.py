@@ -18,11 +18,14 @@ or tokens merging across the boundary), the call is refused with a reason, never
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.serving.chat.template import render_chat
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.tracing.episode import LLMCall
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["END_OF_TURN_TOKENS", "CallTokens", "call_token_ids"]
 
@@ -37,7 +40,7 @@ class CallTokens:
     """`"engine"` (the ids the trainer's engine served) or `"text"` (rendered by the rule above)."""
 
 
-def call_token_ids(call: LLMCall, tokenizer: Any) -> CallTokens | str:
+def call_token_ids(call: LLMCall, tokenizer: PreTrainedTokenizerBase) -> CallTokens | str:
     """The call's token ids by the module's rule, or why it has none (a short reason, for counts)."""
     if call.error is not None:
         return "failed"
@@ -75,7 +78,7 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>")
 """End-of-turn tokens of the common chat formats (ChatML, Llama 3, Gemma), besides the tokenizer's EOS."""
 
 
-def _through_end_of_turn(ids: list[int], tokenizer: Any) -> list[int]:
+def _through_end_of_turn(ids: list[int], tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """`ids` up to and including the first end-of-turn token (the engine stops there; what the template
     adds after it, a newline and the next turn's header, is never sampled)."""
     candidates = [tokenizer.eos_token_id, *(_token_id(tokenizer, text) for text in END_OF_TURN_TOKENS)]
@@ -86,6 +89,6 @@ def _through_end_of_turn(ids: list[int], tokenizer: Any) -> list[int]:
     return ids
 
 
-def _token_id(tokenizer: Any, text: str) -> int | None:
+def _token_id(tokenizer: PreTrainedTokenizerBase, text: str) -> int | None:
     token = tokenizer.convert_tokens_to_ids(text)
     return token if isinstance(token, int) and token != tokenizer.unk_token_id else None

@@ -14,12 +14,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.training.algorithm.credit import calls_with_owner
 from lightning_sdk.training.algorithm.retokenize import CallTokens, call_token_ids
 from lightning_sdk.training.algorithm.samples import Sample
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["SFTData", "choose_episodes", "sft_samples"]
 
@@ -52,7 +55,7 @@ def choose_episodes(episodes: Iterable[Episode], min_reward: float | None) -> tu
 
 def sft_samples(
     episodes: Iterable[Episode],
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     *,
     min_reward: float | None = None,
     train_agents: Sequence[str] | None = None,

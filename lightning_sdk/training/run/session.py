@@ -39,6 +39,7 @@ from lightning_sdk.training.update.distributed import Distributed
 
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedTokenizerBase
 
     from lightning_sdk.engine.placement import Placement
     from lightning_sdk.engine.types import Engine
@@ -67,7 +68,7 @@ class TrainingSession:
     """The LoRA model (a `peft.PeftModel`; under torchrun wrapped in `DistributedDataParallel`)."""
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     """The engine's Hugging Face tokenizer (slow or fast: transformers gives them no common type)."""
     metrics: MetricsWriter | None
     episodes: RunEpisodes | None
