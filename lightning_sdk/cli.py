@@ -125,6 +125,7 @@ def _add_view(commands: Commands) -> None:
     view.add_argument("--port", type=int, default=8765, help="Port (default 8765; 0: a free one).")
     view.add_argument("--key", default=None, help="Key for other hosts (default: random beyond 127.0.0.1).")
     view.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)  # a socket a trainer opened
+    view.add_argument("--parent", type=int, default=None, help=argparse.SUPPRESS)  # exit when it has gone
     view.set_defaults(handler=_run_view)
 
 
@@ -316,8 +317,6 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _run_view(args: argparse.Namespace) -> int:
-    import os
-
     from lightning_sdk.explorer import serve_explorer
 
     if (args.run_dir is None) == (args.store is None):
@@ -326,7 +325,7 @@ def _run_view(args: argparse.Namespace) -> int:
         args.run_dir, store=args.store, host=args.host, port=args.port, key=args.key, fd=args.fd
     )
     print(f"Run explorer: {server.url}  (Ctrl+C stops it)", flush=True)
-    server.wait(parent=os.getppid() if args.fd is not None else None)  # --fd: a trainer started it
+    server.wait(parent=args.parent)
     return 0
 
 

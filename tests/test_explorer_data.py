@@ -351,3 +351,54 @@ def test_a_call_that_continues_an_earlier_conversation_shows_only_what_is_new() 
     assert [m["role"] for m in second["messages"]] == ["assistant", "tool"]
     assert second["earlier"] == {"count": 1, "call": 1}
     assert second["messages"][1]["text"] == "3"
+
+
+def test_the_command_serves_and_a_trainers_viewer_stops_with_its_with_block(run_dir: Path) -> None:
+    import subprocess
+    import sys
+    import urllib.request
+
+    from lightning_sdk.training.records.live_view import live_view
+
+    command = [sys.executable, "-m", "lightning_sdk.cli", "view", str(run_dir), "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as viewer:
+        try:
+            line = viewer.stdout.readline() if viewer.stdout else ""
+            url = re.search(r"Run explorer: (http://127\.0\.0\.1:\d+/)", line)
+            assert url is not None, line
+            with urllib.request.urlopen(url.group(1), timeout=60) as response:
+                assert response.status == 200 and "Steps" in response.read().decode()
+        finally:
+            viewer.terminate()
+    with live_view(run_dir, True) as view:
+        assert view is not None
+        with urllib.request.urlopen(view.url + "api/metrics", timeout=60) as response:
+            assert json.loads(response.read())["count"] > 0
+    assert view.process.poll() is not None  # stopped with the block
+    with live_view(run_dir, False) as nothing:
+        assert nothing is None
+
+
+def test_a_trainers_viewer_exits_when_the_trainer_dies_without_stopping_it(run_dir: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, sys; from pathlib import Path;"
+        "from lightning_sdk.training.records.live_view import LiveView;"
+        f"view = LiveView.start(Path({str(run_dir)!r})); print(view.process.pid, flush=True); os._exit(0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    pid = int(done.stdout.split()[-1])
+
+    def running() -> bool:
+        status = Path(f"/proc/{pid}/status")
+        return status.exists() and "\nState:\tZ" not in status.read_text()
+
+    deadline = time.monotonic() + 60  # a bound, not a timing claim: it checks its parent every half second
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running()

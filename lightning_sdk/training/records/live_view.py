@@ -49,6 +49,7 @@ class LiveView:
                 "--fd",
                 str(sock.fileno()),
             ]
+            command += ["--parent", str(os.getpid())]
             process = subprocess.Popen(command, pass_fds=[sock.fileno()], stdout=subprocess.DEVNULL)
         view = cls(f"http://127.0.0.1:{port}/", process)
         print(f"Run explorer: {view.url} (follows this run; later: lightning-sdk view {run_dir})", flush=True)
