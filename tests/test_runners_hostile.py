@@ -75,20 +75,33 @@ class Hostile:
         session = self.trainer.session
         assert session is not None
         self.reprs = repr(session) + repr(session.server) + repr(session.endpoint) + repr(session.router)
-        # Two more bad uploads: the second rollout's first lease, then the first rollout's second and last.
-        for _ in range(2):
-            lease = _lease(self.http)
-            self.leases.append(lease)
-            bad = {"lease_id": lease["lease_id"], "episode": {"name": "hostile", "metadata": []}}
-            _refused(
-                self.http.post(f"/v1/rollouts/{lease['rollout_id']}/episode", json=bad), "episode.metadata"
-            )
-        assert [lease["rollout_id"] for lease in self.leases] == [first, self.leases[1]["rollout_id"], first]
-        assert self.leases[2]["attempt"] == 2  # re-issued at once, not after its lease lapsed
+        # One more bad upload, for the second rollout; then an upload of the right types whose token id
+        # the model does not have (stored, then counted as failed by the trainer); then the first rollout
+        # again, at once (no lease had to lapse), and its second and last bad upload.
+        second = self._lease()
+        bad = {"lease_id": second["lease_id"], "episode": {"name": "hostile", "metadata": []}}
+        _refused(self.http.post(f"/v1/rollouts/{second['rollout_id']}/episode", json=bad), "episode.metadata")
+        third = self._lease()
+        call = {"prompt_token_ids": [1, 2], "completion_token_ids": [10**9], "base_url": third["base_url"]}
+        typed = {"name": "hostile-vocab", "calls": [call], "rewards": {"r": 1.0}}
+        typed["metadata"] = {"base_url": third["base_url"]}
+        stored = self.http.post(
+            f"/v1/rollouts/{third['rollout_id']}/episode",
+            json={"lease_id": third["lease_id"], "episode": typed},
+        )
+        assert stored.json() == {"stored": True}, stored.text
+        again = self._lease()
+        assert (again["rollout_id"], again["attempt"]) == (first, 2)
+        bad = {"lease_id": again["lease_id"], "episode": {"name": "hostile", "metadata": []}}
+        _refused(self.http.post(f"/v1/rollouts/{first}/episode", json=bad), "episode.metadata")
 
-    def _bad_episodes_and_more(self) -> str:
+    def _lease(self) -> dict[str, Any]:
         lease = _lease(self.http)
         self.leases.append(lease)
+        return lease
+
+    def _bad_episodes_and_more(self) -> str:
+        lease = self._lease()
         rollout, held = lease["rollout_id"], {"lease_id": lease["lease_id"]}
         episode = f"/v1/rollouts/{rollout}/episode"
         for body, param in (
@@ -139,7 +152,7 @@ def test_a_hostile_runner_costs_the_run_some_rollouts_never_the_run(
     monkeypatch.setenv(KEY_VARIABLE, key)  # as a runner process gets it; the runner takes it out
     run_dir = tmp_path / "run"
     config = ls.TrainerConfig(
-        group_size=2,
+        group_size=3,
         batch_size=1,
         max_steps=2,
         max_tokens=6,
@@ -174,13 +187,15 @@ def test_a_hostile_runner_costs_the_run_some_rollouts_never_the_run(
     assert [record["step"] for record in result.history if "reward_mean" in record] == [1, 2]
     with EpisodeStore(run_dir / "episodes.sqlite") as store:
         stored = store.episodes()
-    assert len(stored) == 4 and not any(episode.name == "hostile" for episode in stored)
-    [dropped] = [episode for episode in stored if episode.error is not None]
-    assert (
-        dropped.metadata["rollout_id"] == hostile.leases[0]["rollout_id"] and dropped.metadata["attempt"] == 2
-    )
+    assert len(stored) == 6 and not any(episode.name == "hostile" for episode in stored)
+    [dropped] = [e for e in stored if e.metadata.get("rollout_id") == hostile.leases[0]["rollout_id"]]
+    [vocab] = [episode for episode in stored if episode.name == "hostile-vocab"]
+    assert dropped.metadata["attempt"] == 2 and dropped.error is not None
     assert dropped.error["message"].count("sent a body the trainer refused (episode.") == 2
-    assert all(episode.metadata["runner"] != "hostile" for episode in stored if episode.error is None)
+    assert vocab.name == "hostile-vocab" and vocab.error is not None
+    assert "outside the model's vocabulary" in vocab.error["message"]
+    honest = [episode for episode in stored if episode.error is None]
+    assert len(honest) == 4 and all(episode.metadata["runner"] != "hostile" for episode in honest)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(
         f"rollout {dropped.metadata['rollout_id']} dropped after 2 attempts" in line for line in warned

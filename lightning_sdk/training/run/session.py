@@ -219,6 +219,11 @@ class TrainingSession:
         return self.distributed.world_size
 
     @property
+    def vocabulary_size(self) -> int:
+        """Rows of the policy's embedding table: the token ids it can train on."""
+        return int(self.distributed.unwrap(self.policy_model).get_input_embeddings().num_embeddings)
+
+    @property
     def adapter_dir(self) -> Path:
         """Where the newest adapter is written after every step (and the final adapter at the end)."""
         return self.run_dir / "adapter"
@@ -268,7 +273,11 @@ class TrainingSession:
     ) -> list[Rollout]:
         """Run the agent `group_size` times on each task, here or on runners; one `Rollout` per run."""
         if self.remote is not None:
-            return self.remote.run(tasks, group_size, self.engine.weight_version, reward, on_finished)
+            from lightning_sdk.training.run.runner_episodes import fail_unknown_tokens
+
+            rolled = self.remote.run(tasks, group_size, self.engine.weight_version, reward, on_finished)
+            fail_unknown_tokens(rolled, self.vocabulary_size)  # ids the forward pass would fail on
+            return rolled
         from lightning_sdk.rollouts.in_process import run_rollouts
 
         if agent is None:
