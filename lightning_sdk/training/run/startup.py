@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from lightning_sdk.rollouts.queue import RolloutQueue
     from lightning_sdk.serving.app import RouteInstaller
     from lightning_sdk.serving.server import ServerHandle
+    from lightning_sdk.training.update.memory import StepMemory
 
 __all__ = [
     "check_engine_serves_roles",
@@ -103,7 +104,9 @@ def say_step_memory_used(config: TrainerConfig, model_path: Path, placement: Pla
     )
 
 
-def _estimate(config: TrainerConfig, model_path: Path, on_gpu: bool, tokens: int | None = None) -> Any:
+def _estimate(
+    config: TrainerConfig, model_path: Path, on_gpu: bool, tokens: int | None = None
+) -> StepMemory | None:
     import json
 
     from lightning_sdk.training.update.memory import estimate_run_memory

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
 
 import torch
 
@@ -45,7 +44,7 @@ def apply_fused_kernels(model: torch.nn.Module, enabled: bool = True) -> str | N
         logger.debug("fused kernels: none for model type %r on %s", model_type, device)
         return None
     try:
-        liger: Any = importlib.import_module("liger_kernel.transformers")
+        liger = importlib.import_module("liger_kernel.transformers")
     except ImportError:
         logger.info("fused kernels: not used; `pip install 'lightning-sdk[liger]'` makes the pass faster")
         return None

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
     from lightning_sdk.training.config import TrainerConfig
 
 __all__ = [
@@ -90,10 +92,10 @@ class ModelShape:
     """The query, key and value projections have biases (Qwen2 always; Llama's `attention_bias`)."""
 
     @classmethod
-    def from_config(cls, config: Any) -> ModelShape:
+    def from_config(cls, config: PretrainedConfig | Mapping[str, object]) -> ModelShape:
         """From a `transformers.PretrainedConfig` or its `config.json` as a dict."""
 
-        def field(name: str) -> Any:
+        def field(name: str) -> object:
             return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
 
         def size(name: str) -> int:
@@ -272,7 +274,10 @@ def bound_reason(config: TrainerConfig, tokens: int) -> str:
 
 
 def estimate_run_memory(
-    config: TrainerConfig, model_config: Any, on_gpu: bool, tokens: int | None = None
+    config: TrainerConfig,
+    model_config: PretrainedConfig | Mapping[str, object],
+    on_gpu: bool,
+    tokens: int | None = None,
 ) -> StepMemory:
     """The step memory of a run of `config` on the model of `model_config` (its `config.json`), at its
     largest possible micro-batch (`run_tokens`) or at `tokens`."""

@@ -18,12 +18,16 @@ rotary, is trained with the padded pass (`packing_problem` says why).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from lightning_sdk.training.update.distributed import unwrap
 from lightning_sdk.training.update.packing import PackedRow
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
+    from transformers import PretrainedConfig
 
 __all__ = [
     "FLEX_MIN_HEAD_DIM",
@@ -81,7 +85,7 @@ FLEX_MIN_HEAD_DIM = 16
 and value must be at least 16"), seen on the H200 with a test model of head dimension 8."""
 
 
-def head_dim_problem(model_config: Any) -> str | None:
+def head_dim_problem(model_config: PretrainedConfig) -> str | None:
     """Why flex attention cannot run a model of this transformers config (its head dimension), or None."""
     head_dim = getattr(model_config, "head_dim", None)
     if not isinstance(head_dim, int):
@@ -97,7 +101,7 @@ def head_dim_problem(model_config: Any) -> str | None:
 
 def attention_implementation(model: torch.nn.Module) -> str | None:
     """The attention implementation of a transformers model (possibly peft- or DDP-wrapped)."""
-    config: Any = getattr(unwrap(model, "base"), "config", None)
+    config: PretrainedConfig | None = getattr(unwrap(model, "base"), "config", None)
     value = getattr(config, "_attn_implementation", None)
     return value if isinstance(value, str) else None
 
@@ -105,7 +109,7 @@ def attention_implementation(model: torch.nn.Module) -> str | None:
 def packing_problem(model: torch.nn.Module) -> str | None:
     """Why the packed layout cannot run on `model`, or None when it can."""
     causal = unwrap(model, "base")
-    config: Any = getattr(causal, "config", None)
+    config: PretrainedConfig | None = getattr(causal, "config", None)
     implementation = attention_implementation(model)
     if implementation not in PACKED_ATTENTION:
         return (
@@ -122,7 +126,9 @@ def packing_problem(model: torch.nn.Module) -> str | None:
     return None
 
 
-def packed_attention_mask(row: PackedRow, implementation: str, dtype: torch.dtype) -> Any:
+def packed_attention_mask(
+    row: PackedRow, implementation: str, dtype: torch.dtype
+) -> BlockMask | torch.Tensor:
     """The row's attention rule for `implementation` (one of `PACKED_ATTENTION`): a `BlockMask`, a boolean or
     an additive `[1, 1, T, T]` mask."""
     if implementation == "flex_attention":
@@ -136,12 +142,12 @@ def packed_attention_mask(row: PackedRow, implementation: str, dtype: torch.dtyp
     raise ValueError(f"attention implementation {implementation!r} takes no packed mask")
 
 
-def _block_mask(row: PackedRow) -> Any:
+def _block_mask(row: PackedRow) -> BlockMask:
     from torch.nn.attention.flex_attention import create_block_mask
 
     prompt_start, prompt_stop, own_start = row.prompt_start, row.prompt_stop, row.own_start
 
-    def sees(batch: Any, head: Any, query: Any, key: Any) -> Any:
+    def sees(batch: torch.Tensor, head: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         in_prompt = (key >= prompt_start[query]) & (key < prompt_stop[query])
         return in_prompt | ((key >= own_start[query]) & (key <= query))
 
