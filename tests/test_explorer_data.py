@@ -402,3 +402,12 @@ def test_a_trainers_viewer_exits_when_the_trainer_dies_without_stopping_it(run_d
     while running() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not running()
+
+
+def test_a_huge_tool_result_is_cut_on_the_page_and_says_how_much() -> None:
+    from lightning_sdk.explorer.episode_views import TEXT_LIMIT
+
+    call = LLMCall(messages=[{"role": "tool", "tool_call_id": "c", "content": "x" * (TEXT_LIMIT + 5)}])
+    (message,) = call_view(call, Episode(name="a"), 0)["messages"]
+    assert message["text"].endswith("(5 more characters not shown)")
+    assert len(message["text"]) < TEXT_LIMIT + 100

@@ -143,8 +143,24 @@ def group_view(episodes: Sequence[Episode], success_threshold: float) -> dict[st
     }
 
 
+TEXT_LIMIT = 100_000
+"""Characters of one message shown on a page: a tool that returned a whole file must not make the page
+megabytes long (the rest is named, not shown)."""
+
+
+def _limited(text: str) -> str:
+    if len(text) <= TEXT_LIMIT:
+        return text
+    return f"{text[:TEXT_LIMIT]}\n… ({len(text) - TEXT_LIMIT:,} more characters not shown)"
+
+
 def _content_text(content: Any) -> str:
-    """A message's content as text: a string, or the text of its parts (other parts as JSON)."""
+    """A message's content as text (cut at `TEXT_LIMIT`): a string, or the text of its parts (other parts
+    as JSON)."""
+    return _limited(_full_text(content))
+
+
+def _full_text(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -171,7 +187,7 @@ def _tool_calls(message: dict[str, Any] | None) -> list[dict[str, str]]:
             {
                 "id": str(tool_call.get("id", "")),
                 "name": str(function.get("name", "")),
-                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                "arguments": _limited(arguments if isinstance(arguments, str) else json.dumps(arguments)),
             }
         )
     return calls
@@ -239,7 +255,7 @@ def call_view(
     messages = [_message_view(message) for message in shown]
     if call.prompt is not None:
         messages.append({"role": "prompt", "text": call.prompt, "tool_calls": [], "tool_call_id": ""})
-    reply_text = _content_text((call.response_message or {}).get("content")) or (call.text or "")
+    reply_text = _content_text((call.response_message or {}).get("content")) or _limited(call.text or "")
     return {
         "index": index,
         "id": call.id,
@@ -274,8 +290,8 @@ def episode_view(episode: Episode) -> dict[str, Any]:
         "id": episode.id,
         "name": episode.name,
         "run_id": episode.run_id or "",
-        "task": task_text(episode.task),
-        "output": task_text(episode.output),
+        "task": _limited(task_text(episode.task)),
+        "output": _limited(task_text(episode.output)),
         "error": _error_text(episode),
         "traceback": (episode.error or {}).get("traceback", ""),
         "reward": number(episode.reward),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,9 +49,14 @@ class MetricsTail:
         self.path = path
         self.records: list[dict[str, Any]] = []
         self._offset = 0
+        self._lock = threading.Lock()  # the server answers requests on several threads
 
     def read(self) -> list[dict[str, Any]]:
         """Every whole record so far."""
+        with self._lock:
+            return list(self._read())
+
+    def _read(self) -> list[dict[str, Any]]:
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
@@ -162,6 +168,7 @@ class RunSource:
     run_dir: Path
     metrics: MetricsTail = field(init=False)
     _stores: dict[str, StoreReader] = field(default_factory=dict, init=False)
+    _opening: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -175,12 +182,13 @@ class RunSource:
     # --- the files ----------------------------------------------------------------------------------------
     def store(self, kind: str) -> StoreReader | None:
         """The training (`"training"`) or held-out (`"evaluations"`) store; None until the run wrote it."""
-        if kind not in self._stores:
-            path = self.run_dir / (EPISODES_FILE if kind == "training" else EVALUATIONS_FILE)
-            if not path.is_file():
-                return None
-            self._stores[kind] = StoreReader(path)
-        return self._stores[kind]
+        with self._opening:
+            if kind not in self._stores:
+                path = self.run_dir / (EPISODES_FILE if kind == "training" else EVALUATIONS_FILE)
+                if not path.is_file():
+                    return None
+                self._stores[kind] = StoreReader(path)
+            return self._stores[kind]
 
     def config(self) -> dict[str, Any]:
         try:
