@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,7 +17,7 @@ from lightning_sdk.engine.text import REPLACEMENT_CHARACTER, decode
 from lightning_sdk.engine.types import CompletionDelta, SamplingParams
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["Row", "decode_batch", "sample_token"]
 
@@ -86,7 +86,11 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 @torch.inference_mode()
 def decode_batch(
-    model: Any, tokenizer: PreTrainedTokenizerBase, rows: Sequence[Row], eos_ids: set[int], pad_id: int
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: Sequence[Row],
+    eos_ids: set[int],
+    pad_id: int,
 ) -> None:
     """Generate every row to completion, emitting deltas after each step."""
     device = next(model.parameters()).device

@@ -23,7 +23,7 @@ from lightning_sdk.engine.types import (
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["TransformersEngine"]
 
@@ -151,7 +151,7 @@ class TransformersEngine(EngineBase):
         self._base_weights = None
 
     # -- worker thread -------------------------------------------------------------------------------------
-    def _post(self, item: Any) -> None:
+    def _post(self, item: object) -> None:
         if not self._thread.is_alive():
             raise EngineError("The transformers engine has been shut down; create a new engine.")
         self._inbox.put(item)
@@ -232,10 +232,11 @@ class TransformersEngine(EngineBase):
                 item[3].fail(EngineError("The engine was shut down before the request ran."))
 
 
-def _torch_dtype(dtype: str, device: str) -> Any:
+def _torch_dtype(dtype: str, device: str) -> torch.dtype:
     import torch
 
-    return getattr(torch, auto_dtype(device) if dtype == "auto" else dtype)
+    torch_dtype: torch.dtype = getattr(torch, auto_dtype(device) if dtype == "auto" else dtype)
+    return torch_dtype
 
 
 def _explicit_device(device: str) -> str:
@@ -247,7 +248,7 @@ def _explicit_device(device: str) -> str:
     return device
 
 
-def _eos_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     generation_eos = getattr(model.generation_config, "eos_token_id", None)
     if generation_eos is not None:

@@ -213,15 +213,15 @@ def check_prompt_fits(prompt_tokens: int, max_tokens: int, max_model_len: int) -
         raise PromptTooLongError(prompt_tokens, max_tokens, max_model_len)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check(ok: bool, name: str, value: Any, expected: str) -> None:
+def _check(ok: bool, name: str, value: object, expected: str) -> None:
     if not ok:
         raise ValueError(f"Invalid {name}={value!r}: expected {expected}.")
 

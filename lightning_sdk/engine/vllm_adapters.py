@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm.lora.request import LoRARequest
 
 __all__ = ["ServedAdapters", "lora_slots"]
 
@@ -39,8 +42,8 @@ class ServedAdapters:
     ) -> None:
         self._write, self._call = write, call
         self.max_adapters = max_adapters
-        self._served: dict[str | None, Any] = {}
-        self._retired: dict[str | None, Any] = {}
+        self._served: dict[str | None, LoRARequest] = {}
+        self._retired: dict[str | None, LoRARequest] = {}
         self._next_id = 1
 
     @property
@@ -48,7 +51,7 @@ class ServedAdapters:
         """The roles with an adapter loaded, in the order they were first loaded."""
         return tuple(role for role in self._served if role is not None)
 
-    def request_for(self, role: str | None) -> Any:
+    def request_for(self, role: str | None) -> LoRARequest | None:
         """The LoRA request that answers `role` (None: the default adapter); None: the base weights."""
         return self._served.get(role)
 
@@ -75,17 +78,17 @@ class ServedAdapters:
         for role, served in list(self._served.items()):
             self._add_and_serve(self._new_request(served.lora_path, role), role)
 
-    def _add_and_serve(self, request: Any, role: str | None) -> None:
+    def _add_and_serve(self, request: LoRARequest, role: str | None) -> None:
         self._write(lambda engine: engine.add_lora(request))
         self._swap(role, request)
 
-    def _new_request(self, path: str, role: str | None) -> Any:
+    def _new_request(self, path: str, role: str | None) -> LoRARequest:
         from vllm.lora.request import LoRARequest
 
         lora_id, self._next_id = self._next_id, self._next_id + 1
         return LoRARequest(f"{role or 'adapter'}-{lora_id}", lora_id, path)
 
-    def _swap(self, role: str | None, request: Any) -> None:
+    def _swap(self, role: str | None, request: LoRARequest | None) -> None:
         # The new request replaces the old one in a single assignment: a request submitted meanwhile from
         # another thread gets one adapter or the other, never no adapter.
         previous = self._served.get(role)

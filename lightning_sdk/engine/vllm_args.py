@@ -10,6 +10,7 @@ from lightning_sdk.engine.types import MAX_TOP_LOGPROBS, WeightSync
 
 if TYPE_CHECKING:
     from vllm import EngineArgs
+    from vllm.config import StructuredOutputsConfig
 
 __all__ = ["choose_weight_sync", "compact_json_outputs", "engine_args"]
 
@@ -24,7 +25,7 @@ def choose_weight_sync(requested: str, on_cpu: bool) -> WeightSync:
     return requested  # type: ignore[return-value]
 
 
-def compact_json_outputs() -> Any:
+def compact_json_outputs() -> StructuredOutputsConfig:
     """Structured outputs without free whitespace: JSON with only the standard separators.
 
     A JSON grammar that allows whitespace anywhere lets a small model at temperature 1 wander into a run of

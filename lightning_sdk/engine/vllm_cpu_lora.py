@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+    from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU
 
 __all__ = [
     "STACKED_MAX_TOKENS",
@@ -300,7 +301,7 @@ _GROUPED = {
 }
 
 
-def _current_plan(wrapper: Any) -> BatchPlan:
+def _current_plan(wrapper: PunicaWrapperCPU) -> BatchPlan:
     """The plan of the batch a punica wrapper holds now, made again when vLLM has written new indices.
 
     vLLM copies each step's per-token indices into the same buffer, which bumps its version counter.
@@ -315,7 +316,7 @@ def _current_plan(wrapper: Any) -> BatchPlan:
 
 
 def _add_lora_linear(
-    wrapper: Any,
+    wrapper: PunicaWrapperCPU,
     y: torch.Tensor,
     x: torch.Tensor,
     lora_a_stacked: tuple[torch.Tensor, ...],

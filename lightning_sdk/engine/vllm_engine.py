@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
     from vllm import EngineArgs
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.v1.engine.llm_engine import LLMEngine
 
 __all__ = ["VLLMEngine"]
 
@@ -179,7 +181,7 @@ class VLLMEngine(EngineBase):
         self._loop.add_request(request_id, prompt_token_ids, self._vllm_params(params, deltas), lora, stream)
         return stream, self._version
 
-    def _vllm_params(self, params: SamplingParams, deltas: bool) -> Any:
+    def _vllm_params(self, params: SamplingParams, deltas: bool) -> VLLMSamplingParams:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
@@ -263,10 +265,10 @@ class VLLMEngine(EngineBase):
         """Run a worker method (a name, or `function(worker, *args)`) that writes weights, between two
         engine steps."""
 
-        def run(engine: Any) -> T:
+        def run(engine: LLMEngine) -> T:
             [result] = engine.collective_rpc(method, args=args, kwargs=kwargs)
             engine.reset_prefix_cache()  # its KV entries may come from the weights just replaced
-            return cast(T, result)
+            return result
 
         return self._loop.call(_writing(run))
 
@@ -362,15 +364,15 @@ def _refuse_a_second_engine() -> None:
         )
 
 
-def _sleep_if_awake(engine: Any) -> None:
+def _sleep_if_awake(engine: LLMEngine) -> None:
     if not engine.model_executor.sleeping_tags:
         engine.sleep(level=1, mode="abort")
 
 
-def _writing(write: Callable[[Any], T]) -> Callable[[Any], T]:
+def _writing(write: Callable[[LLMEngine], T]) -> Callable[[LLMEngine], T]:
     """`write(engine)`, refused while vLLM's weights sleep (the engine's methods wake them before writing)."""
 
-    def checked(engine: Any) -> T:
+    def checked(engine: LLMEngine) -> T:
         if "weights" in engine.model_executor.sleeping_tags:
             raise RuntimeError("Internal error: weights would be written while vLLM's weight memory sleeps.")
         return write(engine)

@@ -13,10 +13,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import CompletionDelta, EngineError
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams, TokensPrompt
+    from vllm.lora.request import LoRARequest
+    from vllm.v1.engine.llm_engine import LLMEngine
 
 __all__ = ["StepLoop", "to_deltas"]
 
@@ -30,7 +35,7 @@ class StepLoop:
 
     def __init__(
         self,
-        engine: Any,
+        engine: LLMEngine,
         before_step: Callable[[], None] | None = None,
         on_start: Callable[[], None] | None = None,
     ) -> None:
@@ -45,11 +50,16 @@ class StepLoop:
         self._thread.start()
 
     def add_request(
-        self, request_id: str, prompt_token_ids: Sequence[int], params: Any, lora: Any, stream: RequestStream
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams,
+        lora: LoRARequest | None,
+        stream: RequestStream,
     ) -> None:
         """Queue a request (with vLLM `SamplingParams`); its outputs go to `stream`."""
         with_top = bool(params.logprobs)
-        prompt = {"prompt_token_ids": list(prompt_token_ids)}
+        prompt: TokensPrompt = {"prompt_token_ids": list(prompt_token_ids)}
 
         def add() -> None:
             if self._dead is not None:

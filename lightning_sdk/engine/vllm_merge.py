@@ -161,7 +161,7 @@ def write_linear_weights(worker: Any, weights: Mapping[str, torch.Tensor]) -> No
             _write(model.get_submodule(module_name), weight)
 
 
-def _writable(module: Any) -> bool:
+def _writable(module: torch.nn.Module) -> bool:
     from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
 
     return (

@@ -33,11 +33,12 @@ KINDS = ("training", "evaluations", "store")
 
 def build_app(
     run_dir: str | Path | None = None, store: str | Path | None = None, key: str | None = None
-) -> Any:
+) -> FastAPI:
     """The app over `run_dir` (a training run's folder) or `store` (an episode store file), one of them.
 
-    `key`: every request must carry it (for an app reachable from other machines); None: none needed.
-    Raises `StoreProblem` when the folder or the file cannot be read."""
+    `key`: every request must carry it (for an app reachable from other machines); None: none needed, and
+    only requests addressed to this machine (Host 127.0.0.1, localhost, ::1) are answered. Raises
+    `StoreProblem` when the folder or the file cannot be read."""
     if (run_dir is None) == (store is None):
         raise ValueError("build_app needs a run folder or an episode store file, one of the two.")
     source = RunSource(Path(run_dir)) if run_dir is not None else None

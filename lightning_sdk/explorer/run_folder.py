@@ -15,7 +15,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from lightning_sdk.explorer.episode_views import episode_agents, group_view, short, task_text
 from lightning_sdk.explorer.store_reader import EpisodeFilter, StoreProblem, StoreReader
@@ -35,10 +35,10 @@ __all__ = ["GROUPS_PER_PAGE", "GroupSort", "RunSource", "charts"]
 
 GROUPS_PER_PAGE = 20
 TASKS_PER_PAGE = 50
-GroupSort = str
-"""How a step's groups are ordered: "task" (task index), "worst" (lowest mean reward first), "best",
-"spread" (largest reward spread first)."""
-SORTS = ("task", "worst", "best", "spread")
+GroupSort = Literal["task", "worst", "best", "spread"]
+"""How a step's groups are ordered: by task index, lowest mean reward first, highest first, or largest reward
+spread first."""
+SORTS: tuple[str, ...] = get_args(GroupSort)
 NONE = "\u2013"  # an en dash: no value
 
 
@@ -234,7 +234,7 @@ class RunSource:
 
     # --- Step -> groups -> samples ------------------------------------------------------------------------
     def step_groups(
-        self, step: int, where: EpisodeFilter, sort: GroupSort = "task", page: int = 0
+        self, step: int, where: EpisodeFilter, sort: GroupSort | str = "task", page: int = 0
     ) -> dict[str, Any]:
         """The step's groups (a page of them), each with its samples side by side; samples not matching
         `where` are left out, and groups left empty with them."""
