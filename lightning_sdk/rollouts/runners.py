@@ -58,8 +58,9 @@ class Runners:
     """Leases one rollout may get; after that it counts as a failed episode, with the reasons."""
     api_key: str | None = field(default=None, repr=False)
     """The run's key, which runners and gateway agents send; default: `$LIGHTNING_SDK_KEY` when set, else a
-    random key that the trainer prints with the command that starts a runner. Set it when runners started
-    elsewhere must know the key before the trainer starts."""
+    random key. Either way the trainer writes it to `run_dir/runner.key` (mode 0600) and the command it
+    prints to start a runner names that file, never the key. Set it when runners started elsewhere must
+    know the key before the trainer starts."""
 
     def key(self) -> str | None:
         """The key the trainer's server requires (`None`: let the server make a random one)."""

@@ -3,7 +3,7 @@
 The recording side only (no torch, no vLLM): a runner leases rollouts from the trainer's server, runs the
 agent against the trainer's OpenAI-compatible endpoint, and uploads each recorded episode::
 
-    lightning-sdk runner my_agent:solve --trainer http://10.0.0.5:8123 --key sk-local-... --concurrency 4
+    lightning-sdk runner my_agent:solve --trainer http://10.0.0.5:8123 --key-file runner.key --concurrency 4
 
 or, from Python, `lightning_sdk.runner.run_runner(solve, "http://10.0.0.5:8123", key, concurrency=4)`.
 """

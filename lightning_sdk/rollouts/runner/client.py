@@ -52,7 +52,7 @@ class TrainerClient:
 
     Args:
         trainer_url: The trainer's server, e.g. `http://10.0.0.5:8123` (a trailing `/v1` is accepted).
-        api_key: The run's key (the trainer prints it, and the command that starts a runner).
+        api_key: The run's key (in `run_dir/runner.key`; the trainer's start line names the file).
         max_backoff_s: Longest pause between two attempts to reach the trainer.
     """
 
