@@ -4,11 +4,13 @@
 
 Without RUN_DIR it browses a synthetic run written by the run folder's own writers
 (`tests/fixtures/explorer_runs.py`: a calculator agent whose samples call the tool right or wrong). Writes
-docs/assets/explorer-run.png, -step.png, -episode.png and -held-out.png.
+docs/assets/explorer-run.png, -step.png, -episode.png, -held-out.png and, over a store of production
+episodes with late feedback, -store.png.
 """
 
 from __future__ import annotations
 
+import random
 import shutil
 import sys
 import tempfile
@@ -18,9 +20,35 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lightning_sdk.explorer import serve_explorer  # noqa: E402
-from tests.fixtures.explorer_runs import synthetic_run  # noqa: E402
+from lightning_sdk.tracing.rewards.feedback import Feedback  # noqa: E402
+from lightning_sdk.tracing.store import EpisodeStore  # noqa: E402
+from tests.fixtures.explorer_runs import synthetic_run, tool_episode  # noqa: E402
 
 ASSETS = ROOT / "docs" / "assets"
+
+
+def production_store(path: Path) -> Path:
+    """A store of production episodes of the same agent, some with late feedback."""
+    rng = random.Random(1)
+    with EpisodeStore(path) as store:
+        episodes = [
+            tool_episode(
+                {"question": f"What is {n} + {n + 3}?", "expression": f"{n} + {n + 3}"},
+                rng.random() < 0.7,
+                rng,
+            )
+            for n in range(30)
+        ]
+        for index, episode in enumerate(episodes):
+            episode.run_id, episode.rewards = "production", {}
+            episode.started_at -= 60 * (30 - index)
+        store.add_many(episodes)
+        for episode in episodes[::4]:
+            store.add_feedback(
+                episode.id,
+                Feedback(reward=1.0 if rng.random() < 0.6 else 0.0, name="thumbs_up", source="http"),
+            )
+    return path
 
 
 def main() -> None:
@@ -48,8 +76,12 @@ def main() -> None:
             page.screenshot(path=ASSETS / "explorer-episode.png", full_page=False)
             page.goto(server.url + "held-out")
             page.screenshot(path=ASSETS / "explorer-held-out.png", full_page=False)
+            store = production_store(Path(folder) / "production.db")
+            with serve_explorer(store=store, port=0) as production:
+                page.goto(production.url)
+                page.screenshot(path=ASSETS / "explorer-store.png", full_page=False)
             browser.close()
-    for name in ("run", "step", "episode", "held-out"):
+    for name in ("run", "step", "episode", "held-out", "store"):
         print(ASSETS / f"explorer-{name}.png")
 
 

@@ -102,7 +102,7 @@ def sample_view(episode: Episode, success_threshold: float) -> dict[str, Any]:
     return {
         "id": episode.id,
         "sample": episode.metadata.get("sample"),
-        "reward": number(reward),
+        "reward": number(reward) if reward is not None else "unscored",
         "reward_value": reward,
         "failed": reward is None or reward < success_threshold or episode_has_error(episode),
         "output": short(episode.output, 300),
@@ -294,7 +294,7 @@ def episode_view(episode: Episode) -> dict[str, Any]:
         "output": _limited(task_text(episode.output)),
         "error": _error_text(episode),
         "traceback": (episode.error or {}).get("traceback", ""),
-        "reward": number(episode.reward),
+        "reward": number(episode.reward) if episode.reward is not None else "unscored",
         "rewards": {name: number(value) for name, value in episode.rewards.items()},
         "reward_errors": [json.dumps(error, ensure_ascii=False) for error in episode.reward_errors],
         "advantage": number(episode.metadata.get(CREDIT_KEYS["advantage"])),
