@@ -115,7 +115,7 @@ def _task_reader(fn: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str,
 class _AgentRun:
     """One call of a traced agent: its episode, made current while the agent's code runs."""
 
-    def __init__(self, name: str, task: Any) -> None:
+    def __init__(self, name: str, task: object) -> None:
         parent = current_episode()
         self.parent = parent
         self.episode = Episode(
@@ -131,7 +131,7 @@ class _AgentRun:
         return episode_scope(self.episode)
 
     def finish(
-        self, output: Any = None, error: BaseException | None = None, closed_early: bool = False
+        self, output: object = None, error: BaseException | None = None, closed_early: bool = False
     ) -> None:
         with never_break_the_agent(f"finishing episode {self.episode.id}"):
             episode = self.episode

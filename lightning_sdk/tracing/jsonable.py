@@ -11,7 +11,7 @@ __all__ = ["jsonable"]
 _MAX_DEPTH = 64
 
 
-def jsonable(value: Any, _depth: int = 0) -> Any:
+def jsonable(value: object, _depth: int = 0) -> Any:
     """A JSON-safe deep copy of `value`.
 
     Dicts, lists, tuples and sets are copied (so later changes to the user's objects do not change a

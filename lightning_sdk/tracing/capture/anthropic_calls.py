@@ -68,7 +68,7 @@ def messages_request_record(body: Mapping[str, Any], base_url: str | None, start
     )
 
 
-def _as_data(value: Any) -> Any:
+def _as_data(value: object) -> Any:
     """`value` as plain data. The client sends what the agent passed as it is (a message's content may be
     the blocks of an earlier reply, its own objects): those go through `jsonable`, while the usual
     messages of dicts and strings are checked, not copied (this runs on every call's path)."""
@@ -83,7 +83,7 @@ def _as_data(value: Any) -> Any:
     return value
 
 
-def _extras(obj: Any) -> dict[str, Any]:
+def _extras(obj: object) -> dict[str, Any]:
     return getattr(obj, "__pydantic_extra__", None) or {}
 
 
@@ -95,7 +95,7 @@ def _finish(call: LLMCall, stop_reason: str | None, started_at: float, error: st
     call.error = error
 
 
-def _usage(usage: Any) -> dict[str, Any] | None:
+def _usage(usage: object) -> dict[str, Any] | None:
     """`usage` in chat terms (the attributes read directly: this runs on every call's path)."""
     if usage is None:
         return None
@@ -118,7 +118,7 @@ def _block(block: Any) -> dict[str, Any]:
     return dict(plain(block))
 
 
-def calls_from_message(template: LLMCall, message: Any, error: str | None = None) -> list[LLMCall]:
+def calls_from_message(template: LLMCall, message: object, error: str | None = None) -> list[LLMCall]:
     """The record of a whole `Message` (non-streamed)."""
     blocks = [_block(block) for block in getattr(message, "content", None) or []]
     call = template
@@ -141,7 +141,7 @@ class MessagesStreamAssembler:
     JSON); `message_delta` gives the stop reason and the output token count; the project's token ids ride
     on `message_start.message` (the prompt's) and `message_delta` (all of them, for the whole message)."""
 
-    def __init__(self, template: LLMCall, prompts: Any = None) -> None:
+    def __init__(self, template: LLMCall, prompts: object = None) -> None:
         self.template = template
         self.request_id: str | None = None
         self.blocks: dict[int, dict[str, Any]] = {}
@@ -169,13 +169,13 @@ class MessagesStreamAssembler:
         elif kind == "error":
             self.failure = str(getattr(getattr(event, "error", None), "message", None) or "error event")
 
-    def _take_usage(self, usage: Any) -> None:
+    def _take_usage(self, usage: object) -> None:
         for name in ("input_tokens", "output_tokens"):
             value = getattr(usage, name, None)
             if value is not None:
                 self.usage[name] = value
 
-    def _take_tokens(self, carrier: Any) -> None:
+    def _take_tokens(self, carrier: object) -> None:
         """The token-id extras `carrier` holds (a later event's replace an earlier one's)."""
         extras = _extras(carrier)
         for name in _TOKEN_FIELDS:

@@ -106,7 +106,7 @@ def _omit() -> Any:
     return Omit()
 
 
-def messages_path(options: Any) -> str | None:
+def messages_path(options: object) -> str | None:
     """The request's URL when it is a Messages call (`POST .../messages`), else None."""
     if getattr(options, "method", "").lower() != "post":
         return None
@@ -122,7 +122,11 @@ def recorded_base_url(client_base_url: str, url: str) -> str:
 
 
 def _start(
-    client: Any, args: tuple[Any, ...], kwargs: dict[str, Any], episode: Episode | None, router: Router | None
+    client: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    episode: Episode | None,
+    router: Router | None,
 ) -> tuple[tuple[Any, ...], dict[str, Any], _Recording | None]:
     """The request's arguments as the router sends them, and its recording (None: not recorded)."""
     with never_break_the_agent("reading an anthropic request"):
@@ -160,7 +164,7 @@ class _Recording(CallRecording):
         template.adapter = adapter
         super().__init__(template, episode, attributes)
 
-    def handle_result(self, result: Any) -> None:
+    def handle_result(self, result: object) -> None:
         stream, async_stream, raw_responses, message, _ = _anthropic_types()
         if isinstance(result, stream):
             tap_stream(result, self)
@@ -171,7 +175,7 @@ class _Recording(CallRecording):
         elif isinstance(result, message):
             self.record(calls_from_message(self.template, result))
 
-    def readable(self, result: Any) -> bool:
+    def readable(self, result: object) -> bool:
         stream, async_stream, _, message, _ = _anthropic_types()
         return isinstance(result, stream | async_stream | message)
 

@@ -24,13 +24,13 @@ _NOT_SAMPLING = frozenset({"model", "messages", "prompt", "tools", "stream", "st
 _NO_EXTRAS: dict[str, Any] = {}
 
 
-def _extras(obj: Any) -> dict[str, Any]:
+def _extras(obj: object) -> dict[str, Any]:
     """The server-specific fields of an openai response object (pydantic extras); read per chunk,
     so the slot is read directly rather than through the `model_extra` property."""
     return getattr(obj, "__pydantic_extra__", None) or _NO_EXTRAS
 
 
-def _extra(obj: Any, name: str) -> Any:
+def _extra(obj: object, name: str) -> Any:
     """One server-specific field of an openai response object, or None."""
     return _extras(obj).get(name)
 
@@ -56,7 +56,7 @@ def request_record(kind: str, body: Mapping[str, Any], base_url: str | None, sta
     )
 
 
-def _for_choice(template: LLMCall, index: int, prompts: Any) -> LLMCall:
+def _for_choice(template: LLMCall, index: int, prompts: object) -> LLMCall:
     """A copy of the request record for choice `index` (a list prompt gives each choice its prompt)."""
     call = LLMCall(
         **{
@@ -73,7 +73,7 @@ def _for_choice(template: LLMCall, index: int, prompts: Any) -> LLMCall:
     return call
 
 
-def _choice_record(template: LLMCall, index: int, count: int, prompts: Any) -> LLMCall:
+def _choice_record(template: LLMCall, index: int, count: int, prompts: object) -> LLMCall:
     """The record for choice `index` of `count`: the request record itself when it is the only one."""
     if count == 1 and not isinstance(prompts, list):
         template.choice_index = index
@@ -96,7 +96,7 @@ def _message_dict(content: str | None, tool_calls: list[dict[str, Any]] | None) 
     return message
 
 
-def _fallback_logprobs(choice: Any) -> list[float] | None:
+def _fallback_logprobs(choice: object) -> list[float] | None:
     logprobs = getattr(choice, "logprobs", None)
     if logprobs is None:
         return None
@@ -146,7 +146,7 @@ class _ChoiceParts:
 class StreamAssembler:
     """Accumulates the chunks a user consumed from a stream; `calls()` turns them into records."""
 
-    def __init__(self, template: LLMCall, prompts: Any = None) -> None:
+    def __init__(self, template: LLMCall, prompts: object = None) -> None:
         self.template, self.prompts = template, prompts
         self.request_id: str | None = None
         self.prompt_token_ids: list[int] | None = None

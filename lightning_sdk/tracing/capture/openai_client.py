@@ -83,7 +83,7 @@ def _openai_types() -> tuple[type, type, tuple[type, ...]]:
     return Stream, AsyncStream, (LegacyAPIResponse, BaseAPIResponse)
 
 
-def _endpoint_kind(options: Any) -> str | None:
+def _endpoint_kind(options: object) -> str | None:
     """`"chat"`, `"completion"`, `"responses"` or None (an endpoint we do not record)."""
     if getattr(options, "method", "").lower() != "post":
         return None
@@ -100,7 +100,11 @@ def _options_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 def _start(
-    client: Any, args: tuple[Any, ...], kwargs: dict[str, Any], episode: Episode | None, router: Router | None
+    client: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    episode: Episode | None,
+    router: Router | None,
 ) -> tuple[tuple[Any, ...], dict[str, Any], _Recording | None]:
     """The request's arguments as the router sends them, and its recording (None: not recorded)."""
     with never_break_the_agent("reading an openai request"):
@@ -144,7 +148,7 @@ class _Recording(CallRecording):
         super().__init__(template, episode, attributes)
         self.prompts = body.get("prompt")
 
-    def handle_result(self, result: Any) -> None:
+    def handle_result(self, result: object) -> None:
         stream, async_stream, raw_responses = _openai_types()
         if isinstance(result, stream):
             tap_stream(result, self)
@@ -157,7 +161,7 @@ class _Recording(CallRecording):
         elif getattr(result, "object", None) == "response":
             self.record(calls_from_responses_api(self.template, result))
 
-    def readable(self, result: Any) -> bool:
+    def readable(self, result: object) -> bool:
         stream, async_stream, _ = _openai_types()
         answer = hasattr(result, "choices") or getattr(result, "object", None) == "response"
         return isinstance(result, stream | async_stream) or answer

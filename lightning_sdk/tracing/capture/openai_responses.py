@@ -50,11 +50,11 @@ def responses_request_record(body: Mapping[str, Any], base_url: str | None, star
     )
 
 
-def _extras(obj: Any) -> dict[str, Any]:
+def _extras(obj: object) -> dict[str, Any]:
     return getattr(obj, "__pydantic_extra__", None) or {}
 
 
-def _finish_reason(response: Any, message: dict[str, Any]) -> str:
+def _finish_reason(response: object, message: dict[str, Any]) -> str:
     if getattr(response, "status", None) == "incomplete":
         return "length"
     return "tool_calls" if message.get("tool_calls") else "stop"
@@ -91,7 +91,7 @@ class ResponsesStreamAssembler:
     The final event (`response.completed` or `response.incomplete`) carries the whole response; a stream
     closed before it gives the text deltas seen so far, without token ids."""
 
-    def __init__(self, template: LLMCall, prompts: Any = None) -> None:
+    def __init__(self, template: LLMCall, prompts: object = None) -> None:
         self.template = template
         self.final: Any = None
         self.texts: list[str] = []

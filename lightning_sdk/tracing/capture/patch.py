@@ -56,7 +56,7 @@ class RequestRecording(Protocol):
 
     def record_error(self, error: BaseException) -> None: ...
 
-    def handle_result(self, result: Any) -> None: ...
+    def handle_result(self, result: object) -> None: ...
 
 
 Start = Callable[
@@ -136,10 +136,10 @@ class CallRecording:
     def record_error(self, error: BaseException) -> None:
         self.record([failed_call(self.template, error)])
 
-    def handle_result(self, result: Any) -> None:
+    def handle_result(self, result: object) -> None:
         raise NotImplementedError
 
-    def readable(self, result: Any) -> bool:
+    def readable(self, result: object) -> bool:
         """Whether `handle_result` can read this parsed result (`parse(to=dict)` and the like: no)."""
         raise NotImplementedError
 
@@ -159,7 +159,7 @@ class CallRecording:
 
         raw.parse = parse_async if inspect.iscoroutinefunction(original_parse) else parse
 
-    def _after_parse(self, result: Any) -> None:
+    def _after_parse(self, result: object) -> None:
         if self.parsed or not self.readable(result):
             return
         self.parsed = True

@@ -78,7 +78,9 @@ def route_options(
     return options, base_url, None
 
 
-def _routed(client: Any, router: Router, request_headers: Any, omit: Callable[[], Any]) -> Mapping[str, Any]:
+def _routed(
+    client: object, router: Router, request_headers: object, omit: Callable[[], Any]
+) -> Mapping[str, Any]:
     """The headers of a routed request: the run's key, and removals of every credential (see the module)."""
     bearer = f"Bearer {router.api_key}"
     if not request_headers:

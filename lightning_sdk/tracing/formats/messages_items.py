@@ -46,7 +46,7 @@ class MessagesInputError(ValueError):
 
 
 # --- the conversation ---------------------------------------------------------------------------------
-def chat_messages(messages: Any, system: Any = None) -> list[dict[str, Any]]:
+def chat_messages(messages: object, system: object = None) -> list[dict[str, Any]]:
     """Chat messages for a Messages request's `messages` and `system`."""
     converted: list[dict[str, Any]] = []
     if system:
@@ -72,7 +72,7 @@ def chat_messages(messages: Any, system: Any = None) -> list[dict[str, Any]]:
     return converted
 
 
-def _text(content: Any, where: str) -> str | list[dict[str, Any]]:
+def _text(content: object, where: str) -> str | list[dict[str, Any]]:
     """A string, or text blocks as chat's text parts (the chat template joins them as chat's route does)."""
     if isinstance(content, str):
         return content
@@ -81,7 +81,7 @@ def _text(content: Any, where: str) -> str | list[dict[str, Any]]:
     return [_text_part(block, f"{where}.{index}") for index, block in enumerate(content)]
 
 
-def _text_part(block: Any, where: str) -> dict[str, Any]:
+def _text_part(block: object, where: str) -> dict[str, Any]:
     if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
         raise MessagesInputError(f"{where} must be a text block.", where)
     return {"type": "text", "text": block["text"]}
@@ -146,7 +146,7 @@ def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
 
 
 # --- tools --------------------------------------------------------------------------------------------
-def chat_tools(tools: Any) -> list[dict[str, Any]]:
+def chat_tools(tools: object) -> list[dict[str, Any]]:
     """Chat-format function tools for Messages `tools` (custom tools only)."""
     if tools is None:
         return []

@@ -128,7 +128,7 @@ def _choice(body: Mapping[str, Any], where: str) -> dict[str, Any]:
     return reply
 
 
-def _content(content: Any, where: str) -> str | None:
+def _content(content: object, where: str) -> str | None:
     """A message's content: text, or a list of chat content parts of which only text can be imported."""
     if content is None or isinstance(content, str):
         return content
@@ -146,7 +146,7 @@ def _content(content: Any, where: str) -> str | None:
     return json.dumps(content)
 
 
-def _tool_call(call: Any, where: str) -> dict[str, Any]:
+def _tool_call(call: object, where: str) -> dict[str, Any]:
     if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
         raise TraceImportError(f"{where}: a tool call record without its function: {call!r:.200}")
     function = call["function"]

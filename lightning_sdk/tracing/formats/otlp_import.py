@@ -177,7 +177,7 @@ def _spans_of(documents: Iterable[Mapping[str, Any]]) -> Iterator[_Span]:
                     yield _span(raw)
 
 
-def _span(raw: Any) -> _Span:
+def _span(raw: object) -> _Span:
     if not isinstance(raw, Mapping) or not raw.get("traceId") or not raw.get("spanId"):
         raise TraceImportError(f"a span without traceId and spanId: {str(raw)[:200]}")
     end = raw.get("endTimeUnixNano")
@@ -192,7 +192,7 @@ def _span(raw: Any) -> _Span:
     )
 
 
-def _value(value: Any) -> Any:
+def _value(value: object) -> Any:
     """An OTLP `AnyValue` as plain data (`{"stringValue": "x"}` -> `"x"`, arrays and maps unwrapped)."""
     if not isinstance(value, Mapping):
         return None

@@ -39,7 +39,7 @@ def span_messages(
     return _indexed_messages(attributes, "gen_ai.prompt"), _indexed_messages(attributes, "gen_ai.completion")
 
 
-def _parsed(attributes: Mapping[str, Any], where: str, name: str, default: Any) -> Any:
+def _parsed(attributes: Mapping[str, Any], where: str, name: str, default: object) -> Any:
     value = attributes.get(name, default)
     if isinstance(value, str):
         try:
@@ -51,7 +51,7 @@ def _parsed(attributes: Mapping[str, Any], where: str, name: str, default: Any) 
     return value
 
 
-def _message(item: Any, where: str) -> dict[str, Any]:
+def _message(item: object, where: str) -> dict[str, Any]:
     """One message of the current conventions (`{"role", "parts": [...]}`, outputs with `finish_reason`)."""
     if not isinstance(item, Mapping) or not isinstance(item.get("parts"), list):
         raise TraceImportError(f"{where}: a message must be an object with a parts list: {item!r:.200}")
@@ -105,7 +105,7 @@ def otlp_list(holder: object, key: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def chat_tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+def chat_tool_call(call_id: object, name: object, arguments: object) -> dict[str, Any]:
     """A tool call in chat's format; arguments that are not text yet are written as JSON."""
     return {
         "id": str(call_id or ""),
@@ -172,7 +172,7 @@ def span_tools(attributes: Mapping[str, Any], where: str) -> list[dict[str, Any]
     return tools
 
 
-def _chat_tool(item: Any, where: str) -> dict[str, Any]:
+def _chat_tool(item: object, where: str) -> dict[str, Any]:
     """A tool definition, flat (`{"type": "function", "name", ...}`, as the conventions record it) or in
     chat's nested form, as a chat tool; fields without a value are left out."""
     if not isinstance(item, Mapping):

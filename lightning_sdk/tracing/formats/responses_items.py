@@ -33,7 +33,7 @@ _ROLES = {"user", "assistant", "system", "developer"}
 _TEXT_PARTS = {"input_text", "output_text", "text"}
 
 
-def _text(content: Any, where: str) -> str:
+def _text(content: object, where: str) -> str:
     """A message's content as text: a string, or a list of text parts."""
     if isinstance(content, str):
         return content
@@ -72,7 +72,7 @@ def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def input_messages(input: Any, instructions: str | None = None) -> list[dict[str, Any]]:
+def input_messages(input: object, instructions: str | None = None) -> list[dict[str, Any]]:
     """Chat messages for a Responses `input` (a string or a list of items) and `instructions`.
 
     Consecutive function calls become one assistant message with several `tool_calls`, as a chat model
@@ -121,7 +121,7 @@ def input_messages(input: Any, instructions: str | None = None) -> list[dict[str
     return messages
 
 
-def chat_tools(tools: Any) -> list[dict[str, Any]]:
+def chat_tools(tools: object) -> list[dict[str, Any]]:
     """Chat-format function tools for Responses `tools` (`{"type": "function", "name", ...}`)."""
     if tools is None:
         return []

@@ -81,7 +81,7 @@ def _rewarded(fn: Callable[P, R], name: str | None) -> Callable[P, R | None]:
     return functools.wraps(fn)(wrapper)
 
 
-def _as_finite(value: Any) -> float | None:
+def _as_finite(value: object) -> float | None:
     """The value as a float if it is a finite real number (bools count as 0 and 1), else None."""
     if not isinstance(value, numbers.Real):
         return None
@@ -89,7 +89,7 @@ def _as_finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _record_value(episode: Episode, name: str, value: Any) -> None:
+def _record_value(episode: Episode, name: str, value: object) -> None:
     components = value if isinstance(value, dict) else {name: value}
     numbers_by_name = {str(key): _as_finite(item) for key, item in components.items()}
     bad = sorted(key for key, number in numbers_by_name.items() if number is None)

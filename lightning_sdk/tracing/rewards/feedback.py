@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from lightning_sdk.tracing.config import current_settings
 from lightning_sdk.tracing.episode import FEEDBACK_KEY, Episode
@@ -64,7 +63,7 @@ class Feedback:
 
 
 def feedback_problem(
-    reward: Any, name: Any = "feedback", reward_range: tuple[float, float] | None = None
+    reward: object, name: object = "feedback", reward_range: tuple[float, float] | None = None
 ) -> str | None:
     """What is wrong with a feedback's reward or name (None: nothing)."""
     found = feedback_field_problem(reward, name, reward_range)
@@ -72,7 +71,7 @@ def feedback_problem(
 
 
 def feedback_field_problem(
-    reward: Any, name: Any = "feedback", reward_range: tuple[float, float] | None = None
+    reward: object, name: object = "feedback", reward_range: tuple[float, float] | None = None
 ) -> tuple[str, str] | None:
     """The field that is wrong (`"reward"` or `"name"`) and what is wrong with it, or None. The one rule
     for `ls.feedback` and the HTTP route: a reward is a finite number, not a boolean or a string that

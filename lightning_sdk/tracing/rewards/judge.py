@@ -91,7 +91,7 @@ class Judge:
         self._counts: Counter[str] = Counter()
         self._cache = _Cache(cache_path)
 
-    def __call__(self, task: Any, attempts: Sequence[Any]) -> list[float | None]:
+    def __call__(self, task: object, attempts: Sequence[Any]) -> list[float | None]:
         """One reward in [0, 1] per attempt, or `None` for every attempt when the judge gave no usable
         answer (see `failures`)."""
         attempts = list(attempts)
@@ -118,7 +118,7 @@ class Judge:
         return taken
 
     # --- one question to the judge -------------------------------------------------------------------------
-    def _ask(self, task: Any, attempts: list[Any]) -> list[float] | None:
+    def _ask(self, task: object, attempts: list[Any]) -> list[float] | None:
         self._counts["calls"] += 1
         try:
             reply = self.client.chat.completions.create(
@@ -150,11 +150,11 @@ class Judge:
         log.warning("judge %s: no reward for this group (%s)", self.model, reason)
         return None
 
-    def _question(self, task: Any, attempts: list[Any]) -> str:
+    def _question(self, task: object, attempts: list[Any]) -> str:
         shown = [f"Attempt {index + 1}:\n{_shown(attempt)}" for index, attempt in enumerate(attempts)]
         return f"Task:\n{_shown(task)}\n\nRubric:\n{self.rubric}\n\n" + "\n\n".join(shown)
 
-    def _key(self, task: Any, attempts: list[Any]) -> str:
+    def _key(self, task: object, attempts: list[Any]) -> str:
         parts = [
             self.model,
             self.rubric,
@@ -201,7 +201,7 @@ def _scores_format(count: int) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": "scores", "schema": schema}}
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     if len(text) > MAX_ATTEMPT_CHARS:
         return text[:MAX_ATTEMPT_CHARS] + f" [... {len(text) - MAX_ATTEMPT_CHARS} more characters not shown]"
