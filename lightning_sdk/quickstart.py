@@ -10,7 +10,10 @@ of the base model and of the trained one. The agent is ordinary AutoGen code wit
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from lightning_sdk.engine.types import Engine
 
 __all__ = ["QUICKSTART", "run_quickstart"]
 
@@ -48,7 +51,7 @@ def run_quickstart(
     run_dir: str | Path | None = None,
     *,
     report: bool = True,
-    engine: Any = "auto",
+    engine: Engine | Literal["auto"] = "auto",
     **options: Any,
 ) -> dict[str, Any]:
     """Train the calculator agent for `steps` steps; return base and trained held-out reward and paths.

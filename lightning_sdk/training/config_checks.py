@@ -18,7 +18,7 @@ __all__ = ["allowed_values", "config_problem"]
 Check = Callable[[Any], "str | None"]
 
 
-def config_problem(config: Any) -> str | None:
+def config_problem(config: object) -> str | None:
     """The first problem found in a `TrainerConfig`, or None when every value is valid."""
     for check in _CHECKS:
         problem = check(config)
@@ -34,14 +34,14 @@ def allowed_values(cls: type, name: str) -> tuple[str, ...]:
 
 
 @functools.cache
-def _literal_values(hint: Any) -> tuple[str, ...]:
+def _literal_values(hint: object) -> tuple[str, ...]:
     if typing.get_origin(hint) is Literal:
         return tuple(typing.get_args(hint))
     return tuple(value for part in typing.get_args(hint) for value in _literal_values(part))
 
 
 def _choice(name: str) -> Callable[[Any], str | None]:
-    def check(config: Any) -> str | None:
+    def check(config: object) -> str | None:
         value, options = getattr(config, name), allowed_values(type(config), name)
         if value not in options:
             return f"{name}={value!r} is not one of {list(options)}; set {name} to one of them."
@@ -51,7 +51,7 @@ def _choice(name: str) -> Callable[[Any], str | None]:
 
 
 def _at_least(name: str, minimum: float, why: str) -> Callable[[Any], str | None]:
-    def check(config: Any) -> str | None:
+    def check(config: object) -> str | None:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"{name}={value!r} must be a finite number."
@@ -62,7 +62,7 @@ def _at_least(name: str, minimum: float, why: str) -> Callable[[Any], str | None
     return check
 
 
-def _check_int_fields(config: Any) -> str | None:
+def _check_int_fields(config: object) -> str | None:
     names = (
         "group_size",
         "batch_size",

@@ -24,7 +24,7 @@ MISSING_KEY = "group_reward_missing"
 """Set in `Episode.metadata` when the group reward gave this episode none."""
 
 
-def apply_group_reward(group_reward: GroupReward, task: Any, episodes: list[Episode]) -> None:
+def apply_group_reward(group_reward: GroupReward, task: object, episodes: list[Episode]) -> None:
     """Score the finished episodes of one task's group together, in place."""
     scored = [episode for episode in episodes if not episode_failed(episode)]
     if not scored:
@@ -49,7 +49,7 @@ def one_at_a_time(group_reward: GroupReward) -> Callable[[Any, Any], float]:
     """A per-episode reward function for held-out evaluation: each episode scored in a group of its own.
     An episode the group reward cannot score raises, so it is recorded as a reward error (unscored)."""
 
-    def reward(task: Any, output: Any) -> float:
+    def reward(task: object, output: object) -> float:
         [value] = list(group_reward(task, [output]))
         if value is None:
             raise ValueError("the group reward gave no reward for this episode (see the judge's failures)")

@@ -119,8 +119,8 @@ class Trainer:
     def fit(
         self,
         agent: Callable[..., Any] | None,
-        train_dataset: Any,
-        val_dataset: Any = None,
+        train_dataset: object,
+        val_dataset: object = None,
         reward: Callable[[Any, Any], float] | None = None,
         resume: bool = False,
         group_reward: GroupReward | None = None,

@@ -27,7 +27,7 @@ __all__ = ["METRICS_FILE", "EvaluationProgress", "MetricsWriter", "ProgressBar",
 METRICS_FILE = "metrics.jsonl"
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Any:
     """A JSON-ready copy: tensors and NumPy scalars become numbers, NaN and infinities become None."""
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
         value = value.item()

@@ -38,7 +38,7 @@ class RunWarnings:
     """Consecutive steps under `credit="step"` whose `step_group_share` was below `FEW_STEP_GROUPS`."""
     warned_step_groups: bool = False
 
-    def unused_routes(self, routes: Any, router: Router | None) -> None:
+    def unused_routes(self, routes: object, router: Router | None) -> None:
         """After the run's first rollouts: say which keys of `routes` selected no call, with the models the
         agent did call (a typo in a model name would otherwise train nothing, silently)."""
         if self.checked_routes or routes is None or router is None:
