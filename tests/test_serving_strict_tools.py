@@ -12,6 +12,8 @@ import pytest
 
 import lightning_sdk as ls
 from lightning_sdk.serving.chat.bodies import LOWEST_LOGPROB, served_logprob
+from lightning_sdk.serving.chat.template import tool_choice_prefix
+from lightning_sdk.serving.tools.calls import parse_tool_calls
 from lightning_sdk.serving.tools.grammar import tool_grammar
 from lightning_sdk.training.algorithm.samples import build_samples
 from tests.fixtures.tools import ADD_SCHEMA
@@ -166,6 +168,16 @@ def test_required_and_named_continue_the_forced_opening(matches: Any) -> None:
     named = tool_grammar([ADD, LOOSE], {"type": "function", "function": {"name": "add"}}, None)
     assert matches(named, '{"a":1,"b":2}}\n</tool_call>')  # after '{"name": "add", "arguments": '
     assert not matches(named, '{"a":1}}\n</tool_call>')
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_the_prompt_prefix_and_the_grammar_make_one_call_together(matches: Any, choice: Any) -> None:
+    # What the template puts in the prompt and what the grammar then allows are one well-formed call.
+    prefix = tool_choice_prefix(choice, [ADD, LOOSE])
+    assert prefix and CALL.startswith(prefix)
+    assert matches(tool_grammar([ADD, LOOSE], choice, None), CALL.removeprefix(prefix))
+    [call] = parse_tool_calls(CALL).tool_calls
+    assert call["function"] == {"name": "add", "arguments": '{"a": 12, "b": 7}'}
 
 
 def test_a_json_format_next_to_tools_allows_the_json_or_a_call(matches: Any) -> None:

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.serving.tools.calls import TOOL_CALL_END, TOOL_CALL_START
+from lightning_sdk.serving.tools.calls import TOOL_CALL_END, TOOL_CALL_START, call_opening
 
 __all__ = [
     "check_prompt_chars",
@@ -62,7 +62,7 @@ def tool_choice_prefix(tool_choice: str | dict[str, Any] | None, tools: list[dic
             param="tool_choice",
         )
     if tool_choice == "required":
-        return f"{TOOL_CALL_START}\n"
+        return call_opening()
     name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else None
     if not isinstance(name, str) or name not in {tool["function"]["name"] for tool in tools}:
         raise APIError.bad_request(
@@ -70,7 +70,7 @@ def tool_choice_prefix(tool_choice: str | dict[str, Any] | None, tools: list[dic
             "naming one of the tools.",
             param="tool_choice",
         )
-    return f'{TOOL_CALL_START}\n{{"name": {json.dumps(name)}, "arguments": '
+    return call_opening(name)
 
 
 @functools.lru_cache(maxsize=8)  # per tokenizer (hashed by identity): a server has one

@@ -22,12 +22,27 @@ __all__ = [
     "TOOL_CALL_START",
     "ParsedOutput",
     "ToolTextFilter",
+    "call_opening",
     "parse_tool_calls",
     "validate_tools",
 ]
 
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
+
+
+def call_opening(name: str | None = None) -> str:
+    """The start of a call as the model writes it: the tag and a newline, and, given the function's
+    `name`, the call object up to its arguments (`<tool_call>\n{"name": "add", "arguments": `).
+
+    A forced call's prompt ends with one of these (`chat.template.tool_choice_prefix`), and the grammar
+    that continues it (`tools.grammar`) writes the same openings: both take them from here, so the prompt
+    and the grammar agree byte for byte.
+    """
+    tag = f"{TOOL_CALL_START}\n"
+    return tag if name is None else f'{tag}{{"name": {json.dumps(name)}, "arguments": '
+
+
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning_sdk.serving.errors import APIError
-from lightning_sdk.serving.tools.calls import TOOL_CALL_END, TOOL_CALL_START
+from lightning_sdk.serving.tools.calls import TOOL_CALL_END, TOOL_CALL_START, call_opening
 
 __all__ = ["compile_problem", "tool_grammar"]
 
@@ -77,7 +77,7 @@ def tool_grammar(
         return _lark("calls", calls)
     if json_content is not None:
         content = f"content: %json {json.dumps({**json_content, **_COMPACT})}"
-        return _lark(f'content | "{_escape(TOOL_CALL_START)}\\n" calls', [content, *calls])
+        return _lark(f'content | "{_escape(call_opening())}" calls', [content, *calls])
     return _lark("TEXT | OPEN calls", [_TEXT, _OPEN, *calls])
 
 
@@ -134,8 +134,9 @@ def _log_fallback(name: str, problem: str) -> None:
 
 
 def _opening(tool: dict[str, Any]) -> str:
-    """What a call writes before its arguments (after `<tool_call>` and a newline)."""
-    return f'{{"name": {json.dumps(tool["function"]["name"])}, "arguments": '
+    """What a call writes before its arguments after the tag line: `call_opening`'s, which a forced call's
+    prompt prefix also is."""
+    return call_opening(tool["function"]["name"]).removeprefix(call_opening())
 
 
 def _json_rule(rule: str, tool: dict[str, Any]) -> str:
@@ -147,7 +148,7 @@ def _call_rules(tools: list[dict[str, Any]], parallel: bool) -> list[str]:
     alternatives = [
         f'"{_escape(_opening(tool))}" args_{i} "{_escape(_CALL_END)}"' for i, tool in enumerate(tools)
     ]
-    more = f' ("{_escape(chr(10) + TOOL_CALL_START + chr(10))}" call)*' if parallel else ""
+    more = f' ("{_escape(chr(10) + call_opening())}" call)*' if parallel else ""
     return [
         f"calls: call{more}",
         "call: " + " | ".join(alternatives),
