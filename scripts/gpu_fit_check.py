@@ -26,7 +26,7 @@ def build(folder: Path) -> None:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.engine.models.resolve import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(None).path))
     config = LlamaConfig(

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from lightning_sdk.engine import vllm_cpu_lora
-from lightning_sdk.engine.vllm_setup import import_vllm
+from lightning_sdk.engine.vllm import cpu_lora
+from lightning_sdk.engine.vllm.setup import import_vllm
 
 SLOTS, RANK, HIDDEN, OUT = 4, 8, 48, 80
 
@@ -18,9 +18,9 @@ def vllm_ops() -> Iterator[object]:
     import_vllm()
     from vllm.lora.ops.torch_ops import lora_ops
 
-    vllm_cpu_lora.uninstall()  # compare with vLLM's own ops, whatever an engine of the session installed
+    cpu_lora.uninstall()  # compare with vLLM's own ops, whatever an engine of the session installed
     yield lora_ops
-    vllm_cpu_lora.install()
+    cpu_lora.install()
 
 
 PATTERNS = {
@@ -41,7 +41,7 @@ def _indices(tokens: int, pattern: str = "mixed") -> torch.Tensor:
 BATCHES = {
     "mixed, small": (37, "mixed"),
     "two slots, small": (37, "two slots"),
-    "mixed, large": (vllm_cpu_lora.STACKED_MAX_TOKENS + 13, "mixed"),
+    "mixed, large": (cpu_lora.STACKED_MAX_TOKENS + 13, "mixed"),
     "one adapter": (37, "one adapter"),
 }
 
@@ -63,20 +63,20 @@ def test_the_grouped_ops_equal_vllm_s(vllm_ops, dtype: torch.dtype, four_dims: b
 
     theirs, ours = torch.zeros(tokens, RANK, dtype=dtype), torch.zeros(tokens, RANK, dtype=dtype)
     vllm_ops.bgmv_shrink(x, lora_a, theirs, indices, 0.5)
-    vllm_cpu_lora.grouped_bgmv_shrink(x, lora_a, ours, indices, 0.5)
+    cpu_lora.grouped_bgmv_shrink(x, lora_a, ours, indices, 0.5)
     torch.testing.assert_close(ours, theirs, **tolerance)
 
     for add in (False, True):
         base = torch.randn(tokens, OUT + 4, generator=generator, dtype=dtype)  # the model pads wider
         theirs, ours = base.clone(), base.clone()
         vllm_ops.bgmv_expand(shrunk, lora_b, theirs, indices, add)
-        vllm_cpu_lora.grouped_bgmv_expand(shrunk, lora_b, ours, indices, add)
+        cpu_lora.grouped_bgmv_expand(shrunk, lora_b, ours, indices, add)
         torch.testing.assert_close(ours, theirs, **tolerance)
 
         base = torch.randn(tokens, 3 * OUT, generator=generator, dtype=dtype)
         theirs, ours = base.clone(), base.clone()
         vllm_ops.bgmv_expand_slice(shrunk, lora_b, theirs, indices, OUT, OUT, add)
-        vllm_cpu_lora.grouped_bgmv_expand_slice(shrunk, lora_b, ours, indices, OUT, OUT, add)
+        cpu_lora.grouped_bgmv_expand_slice(shrunk, lora_b, ours, indices, OUT, OUT, add)
         torch.testing.assert_close(ours, theirs, **tolerance)
 
 
@@ -107,7 +107,7 @@ def _add_lora_linear_both_ways(vllm_ops, wrapper, generator, dtype, tokens) -> N
     x = torch.randn(tokens, HIDDEN, generator=generator, dtype=dtype)
     base = torch.randn(tokens, sum(slices), generator=generator, dtype=dtype)
     theirs, ours = base.clone(), base.clone()
-    vllm_cpu_lora._ORIGINAL["add_lora_linear"](wrapper, theirs, x, lora_a, lora_b, 0.5, slices)  # type: ignore[operator]
+    cpu_lora._ORIGINAL["add_lora_linear"](wrapper, theirs, x, lora_a, lora_b, 0.5, slices)  # type: ignore[operator]
     PunicaWrapperCPU.add_lora_linear(wrapper, ours, x, lora_a, lora_b, 0.5, slices)
     tolerance = {"atol": 1e-3, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 0.5, "rtol": 0.02}
     torch.testing.assert_close(ours, theirs, **tolerance)
@@ -118,7 +118,7 @@ def _add_lora_linear_both_ways(vllm_ops, wrapper, generator, dtype, tokens) -> N
 def test_add_lora_linear_equals_vllm_s(vllm_ops, dtype: torch.dtype, batch: str) -> None:
     # The whole LoRA of a merged projection, as every LoRA linear layer applies it, on each batch shape;
     # then the next step's batch in the same wrapper, which must not be served from the first one's plan.
-    vllm_cpu_lora.install()
+    cpu_lora.install()
     generator = torch.Generator().manual_seed(2)
     tokens, pattern = BATCHES[batch]
     wrapper = _punica_wrapper(_indices(tokens, pattern))
@@ -130,7 +130,7 @@ def test_add_lora_linear_equals_vllm_s(vllm_ops, dtype: torch.dtype, batch: str)
 def test_no_adapter_in_the_batch_leaves_the_output_alone(vllm_ops) -> None:
     from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU
 
-    vllm_cpu_lora.install()
+    cpu_lora.install()
     wrapper = _punica_wrapper(torch.full((6,), -1))
     lora = (torch.randn(SLOTS, 1, RANK, HIDDEN),), (torch.randn(SLOTS, 1, OUT, RANK),)
     y = torch.randn(6, OUT)
@@ -148,29 +148,29 @@ def test_an_adapter_written_into_its_slot_is_used_at_once(vllm_ops) -> None:
     for _ in range(2):
         theirs, ours = torch.zeros(9, RANK), torch.zeros(9, RANK)
         vllm_ops.bgmv_shrink(x, lora_a, theirs, indices, 1.0)
-        vllm_cpu_lora.grouped_bgmv_shrink(x, lora_a, ours, indices, 1.0)
+        cpu_lora.grouped_bgmv_shrink(x, lora_a, ours, indices, 1.0)
         torch.testing.assert_close(ours, theirs, atol=0.1, rtol=0.02)
         lora_a[2, 0].copy_(torch.randn(RANK, HIDDEN, generator=generator))
 
 
 def test_a_shape_the_grouped_ops_do_not_expect_goes_to_vllm_s(vllm_ops) -> None:
     # One output row broadcast over a batch (vLLM's expand allows it): handled by vLLM's own op.
-    vllm_cpu_lora.install()
+    cpu_lora.install()
     lora_b = torch.randn(SLOTS, OUT, RANK)
     shrunk = torch.randn(1, RANK)
     theirs, ours = torch.zeros(5, OUT), torch.zeros(5, OUT)
-    vllm_cpu_lora._ORIGINAL["bgmv_expand"](shrunk, lora_b, theirs, torch.tensor([2]), False)
-    vllm_cpu_lora.grouped_bgmv_expand(shrunk, lora_b, ours, torch.tensor([2]), False)
+    cpu_lora._ORIGINAL["bgmv_expand"](shrunk, lora_b, theirs, torch.tensor([2]), False)
+    cpu_lora.grouped_bgmv_expand(shrunk, lora_b, ours, torch.tensor([2]), False)
     torch.testing.assert_close(ours, theirs)
 
 
 def test_install_reaches_the_ops_vllm_cpu_calls(vllm_ops) -> None:
     from vllm.lora.punica_wrapper import punica_cpu
 
-    vllm_cpu_lora.install()
-    assert punica_cpu.bgmv_shrink is vllm_cpu_lora.grouped_bgmv_shrink
-    assert vllm_ops.bgmv_expand is vllm_cpu_lora.grouped_bgmv_expand  # what sgmv_* call
-    assert punica_cpu.PunicaWrapperCPU.add_lora_linear is vllm_cpu_lora._add_lora_linear
-    vllm_cpu_lora.uninstall()
-    assert punica_cpu.bgmv_shrink is not vllm_cpu_lora.grouped_bgmv_shrink
-    assert punica_cpu.PunicaWrapperCPU.add_lora_linear is not vllm_cpu_lora._add_lora_linear
+    cpu_lora.install()
+    assert punica_cpu.bgmv_shrink is cpu_lora.grouped_bgmv_shrink
+    assert vllm_ops.bgmv_expand is cpu_lora.grouped_bgmv_expand  # what sgmv_* call
+    assert punica_cpu.PunicaWrapperCPU.add_lora_linear is cpu_lora._add_lora_linear
+    cpu_lora.uninstall()
+    assert punica_cpu.bgmv_shrink is not cpu_lora.grouped_bgmv_shrink
+    assert punica_cpu.PunicaWrapperCPU.add_lora_linear is not cpu_lora._add_lora_linear

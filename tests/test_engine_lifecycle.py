@@ -51,7 +51,7 @@ def test_weights_pushed_into_a_sleeping_engine_are_served_after_every_wake(
 
 def test_a_write_into_sleeping_weights_is_refused(vllm_engine) -> None:
     # The guard on every write path of the engine (merged writes, reloads, LoRA loads).
-    from lightning_sdk.engine.vllm_engine import _writing
+    from lightning_sdk.engine.vllm.engine import _writing
 
     vllm_engine.sleep()
     try:

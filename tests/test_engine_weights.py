@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_sdk.engine import SamplingParams
-from lightning_sdk.engine.lora_merge import load_safetensors_folder, merge_lora_adapter
+from lightning_sdk.engine.lora.merge import load_safetensors_folder, merge_lora_adapter
 from tests.fixtures.greedy import assert_greedy_agrees, engine_margins
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,9 @@ The order is written here once (CONTRIBUTING.md's "Architecture" section says th
     cli, quickstart, runner, the package root   on top
 
 Inside a room, the folders keep to their side (`SIDES`): a wire format's conversion never reaches for the
-client capture, the server never patches clients, and each served API's folder stands on chat's and the
-tools' folders without reaching into another API's.
+client capture, the server never patches clients, each served API's folder stands on chat's and the
+tools' folders without reaching into another API's, and the engine's two backends (`engine/vllm/`,
+`engine/transformers/`) never import each other, nor does what they share import either of them.
 
 Imports inside functions and under `TYPE_CHECKING` count too: they are imports all the same.
 """
@@ -59,6 +60,9 @@ TRAINING_ALLOWED: dict[str, set[str]] = {
 }
 """Inside `training/`: what each part may import of `training/` besides itself (the rest is on top)."""
 
+_ENGINE_BACKENDS = ("lightning_sdk.engine.vllm", "lightning_sdk.engine.transformers")
+_ENGINE_SHARED = ("types", "base", "streams", "text", "placement", "models", "lora")
+"""What both engine backends stand on; only the factory and the package face pick a backend."""
 _API_FOLDERS = (
     "lightning_sdk.serving.chat",
     "lightning_sdk.serving.responses",
@@ -83,6 +87,9 @@ SIDES: dict[str, tuple[str, ...]] = {
     "lightning_sdk.serving.chat": _API_FOLDERS[1:],
     "lightning_sdk.serving.responses": ("lightning_sdk.serving.messages",),
     "lightning_sdk.serving.messages": ("lightning_sdk.serving.responses",),
+    _ENGINE_BACKENDS[0]: _ENGINE_BACKENDS[1:],
+    _ENGINE_BACKENDS[1]: _ENGINE_BACKENDS[:1],
+    **{f"lightning_sdk.engine.{part}": _ENGINE_BACKENDS for part in _ENGINE_SHARED},
     "lightning_sdk.training.run": (
         "lightning_sdk.training.trainer",
         "lightning_sdk.training.evaluation",
@@ -186,12 +193,20 @@ def test_the_side_check_sees_a_format_that_reaches_for_the_capture(
     chat = tmp_path / "lightning_sdk" / "serving" / "chat"
     chat.mkdir(parents=True)
     (chat / "bad.py").write_text("def f():\n    from lightning_sdk.serving.messages import api\n")
+    vllm = tmp_path / "lightning_sdk" / "engine" / "vllm"
+    vllm.mkdir(parents=True)
+    (vllm / "bad.py").write_text("from lightning_sdk.engine.transformers.decode import Row\n")
+    (tmp_path / "lightning_sdk" / "engine" / "types.py").write_text(
+        "from lightning_sdk.engine.vllm.engine import VLLMEngine\n"
+    )
     (tmp_path / "integrations").mkdir()
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     problems = _off_side()
-    assert len(problems) == 2
+    assert len(problems) == 4
     assert any("lightning_sdk.tracing.formats must not" in problem for problem in problems)
     assert any("lightning_sdk.serving.chat must not" in problem for problem in problems)
+    assert any("lightning_sdk.engine.vllm must not" in problem for problem in problems)
+    assert any("lightning_sdk.engine.types must not" in problem for problem in problems)
 
 
 def test_the_check_sees_an_import_that_points_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

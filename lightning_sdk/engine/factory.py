@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lightning_sdk.engine.types import Engine
-from lightning_sdk.engine.vllm_setup import vllm_available
+from lightning_sdk.engine.vllm.setup import vllm_available
 
 if TYPE_CHECKING:
-    from lightning_sdk.engine.models import ResolvedModel
+    from lightning_sdk.engine.models.resolve import ResolvedModel
 
 __all__ = ["EngineKind", "create_engine"]
 
@@ -34,11 +34,11 @@ def create_engine(
     if engine == "auto":
         engine = "vllm" if vllm_available() else "transformers"
     if engine == "vllm":
-        from lightning_sdk.engine.vllm_engine import VLLMEngine
+        from lightning_sdk.engine.vllm.engine import VLLMEngine
 
         return VLLMEngine(model, **options)
     if engine == "transformers":
-        from lightning_sdk.engine.transformers_engine import TransformersEngine
+        from lightning_sdk.engine.transformers.engine import TransformersEngine
 
         return TransformersEngine(model, **options)
     raise ValueError(f"engine={engine!r} is not one of 'auto', 'vllm', 'transformers'.")

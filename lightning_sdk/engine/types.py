@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from lightning_sdk.engine.models import ResolvedModel
+    from lightning_sdk.engine.models.resolve import ResolvedModel
 
 __all__ = [
     "Completion",

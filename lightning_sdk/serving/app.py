@@ -27,7 +27,6 @@ from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.limits import BodyLimit, RequestLimits
 from lightning_sdk.serving.messages.errors import is_messages_path, messages_error
 from lightning_sdk.serving.openai_api import OpenAIAPI, install_openai_routes
-from lightning_sdk.serving.openapi import openapi_document
 from lightning_sdk.serving.passthrough.forward import (
     SERVE_UPSTREAM_SETTING,
     install_passthrough_route,
@@ -35,6 +34,7 @@ from lightning_sdk.serving.passthrough.forward import (
 )
 from lightning_sdk.serving.passthrough.upstream import Upstream
 from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.routes.openapi import openapi_document
 from lightning_sdk.serving.tools.parsers import HERMES, ToolCallParser, make_tool_parser
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from lightning_sdk.engine.adapter_folders import role_adapter_names
+from lightning_sdk.engine.lora.folders import role_adapter_names
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.endpoint import LLMEndpoint
 from lightning_sdk.serving.policy import SamplingPolicy
@@ -214,7 +214,7 @@ def serve(
             vLLM `--tool-call-parser` name such as `"llama3_json"`, `"mistral"`, `"qwen3_xml"`.
         store: The episode store your agents record into (`ls.configure(store=...)`), an
             `EpisodeStore` or a path: the server then takes rewards that arrive later at
-            `POST /v1/episodes/<id>/feedback` (`lightning_sdk.serving.feedback_routes`).
+            `POST /v1/episodes/<id>/feedback` (`lightning_sdk.serving.routes.feedback`).
         reward_range: With `store`, refuse feedback rewards outside `(low, high)`.
         passthrough_routes: The requests passed through to `upstream`, as `"METHOD /v1/path"` (`*` for one
             segment); default `lightning_sdk.PASSTHROUGH_ROUTES`, the inference routes an agent's model
@@ -297,7 +297,7 @@ def _feedback_routes(
         if reward_range is not None:
             raise ValueError("reward_range applies to feedback, which needs store=...: pass both.")
         return []
-    from lightning_sdk.serving.feedback_routes import feedback_routes
+    from lightning_sdk.serving.routes.feedback import feedback_routes
 
     if isinstance(store, EpisodeStore):
         return [feedback_routes(store, reward_range)]

@@ -284,7 +284,7 @@ def _check_routes(config: Any) -> str | None:
 
 
 def _check_init_adapter(config: Any) -> str | None:
-    from lightning_sdk.engine.adapter_folders import is_adapter_folder
+    from lightning_sdk.engine.lora.folders import is_adapter_folder
 
     path = config.init_adapter
     if path is None:

@@ -73,7 +73,7 @@ def fit_sft(
     """
     from transformers import AutoTokenizer
 
-    from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.engine.models.resolve import resolve_model
 
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs={epochs!r} must be an integer >= 1.")

@@ -10,7 +10,7 @@ import json
 import sys
 
 from lightning_sdk.engine import SamplingParams, VLLMEngine, resolve_model
-from lightning_sdk.engine.lora_merge import load_safetensors_folder
+from lightning_sdk.engine.lora.merge import load_safetensors_folder
 
 
 def main(weight_sync: str, adapter: str, prompt: list[int]) -> dict:

@@ -18,7 +18,7 @@ from typing import Any
 import openai
 
 import lightning_sdk as ls
-from lightning_sdk.engine.adapter_folders import role_adapter_names
+from lightning_sdk.engine.lora.folders import role_adapter_names
 from lightning_sdk.tracing.store import EpisodeStore
 from lightning_sdk.training.records.metrics import read_metrics
 from lightning_sdk.training.update.checkpoint import find_latest_checkpoint

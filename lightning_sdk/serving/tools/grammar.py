@@ -110,7 +110,7 @@ def _arguments_schema(tool: dict[str, Any]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=256)
 def compile_problem(schema_json: str) -> str | None:
-    """Why llguidance, the engine's grammar backend (`lightning_sdk.engine.vllm_args`), cannot compile the
+    """Why llguidance, the engine's grammar backend (`lightning_sdk.engine.vllm.args`), cannot compile the
     JSON schema `schema_json`; `None` when it can, or when llguidance is not installed (no engine here
     constrains decoding then). Cached: agents send the same tools with every request."""
     try:

@@ -164,8 +164,8 @@ def start_engine(
     if not isinstance(engine_kind, str):  # an Engine the caller built and keeps (tests, notebooks)
         return engine_kind, False
     from lightning_sdk.engine.factory import create_engine
-    from lightning_sdk.engine.models import resolve_model
-    from lightning_sdk.engine.vllm_setup import vllm_available
+    from lightning_sdk.engine.models.resolve import resolve_model
+    from lightning_sdk.engine.vllm.setup import vllm_available
 
     options = {"seed": config.seed + rank, **engine_options}
     if config.weight_sync != "auto":
@@ -234,8 +234,8 @@ def check_lora_rank_fits_vllm(
     import inspect
 
     # The engine's own rule and default, so that this check cannot drift from them.
-    from lightning_sdk.engine.vllm_args import choose_weight_sync
-    from lightning_sdk.engine.vllm_engine import VLLMEngine
+    from lightning_sdk.engine.vllm.args import choose_weight_sync
+    from lightning_sdk.engine.vllm.engine import VLLMEngine
 
     if on_gpu is None:
         from lightning_sdk.engine.placement import plan_placement
@@ -272,7 +272,7 @@ def _vllm_lora_ranks() -> tuple[int, ...]:
     when a vLLM release no longer has it)."""
     from typing import get_args
 
-    from lightning_sdk.engine.vllm_setup import import_vllm
+    from lightning_sdk.engine.vllm.setup import import_vllm
 
     import_vllm()  # sets the environment vLLM reads at its first import
     try:

@@ -32,8 +32,8 @@ def export_merged_model_folder(
     cannot hold two roles."""
     from transformers import AutoTokenizer
 
-    from lightning_sdk.engine.adapter_folders import role_adapter_names
-    from lightning_sdk.engine.models import resolve_model
+    from lightning_sdk.engine.lora.folders import role_adapter_names
+    from lightning_sdk.engine.models.resolve import resolve_model
     from lightning_sdk.training.update.checkpoint import latest_adapter
     from lightning_sdk.training.update.lora import (
         build_lora_model,
@@ -70,7 +70,7 @@ def _default_adapter(config: TrainerConfig, latest_adapter: Callable[[str], Path
         raise ValueError(
             "export_merged needs adapter=PATH, or TrainerConfig(run_dir=...) naming a trained run."
         )
-    from lightning_sdk.engine.adapter_folders import is_adapter_folder
+    from lightning_sdk.engine.lora.folders import is_adapter_folder
     from lightning_sdk.training.update.whole_folders import adapter_problem
 
     run_dir = Path(config.run_dir)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from lightning_sdk.engine.adapter_folders import ADAPTER_WEIGHTS_FILE, role_adapter_names
+from lightning_sdk.engine.lora.folders import ADAPTER_WEIGHTS_FILE, role_adapter_names
 from lightning_sdk.engine.placement import auto_dtype
 from lightning_sdk.training.update.fused_kernels import apply_fused_kernels
 from lightning_sdk.training.update.packed_attention import choose_attention, head_dim_problem
@@ -69,7 +69,7 @@ def load_base_model(
     gguf_file: str | None = None,
     attention: str = "auto",
 ) -> PreTrainedModel:
-    """Load a Hugging Face causal LM folder (as resolved by `lightning_sdk.engine.models.resolve_model`).
+    """Load a Hugging Face causal LM folder (as resolved by `lightning_sdk.engine.resolve_model`).
 
     `attention` is transformers' attention implementation (`TrainerConfig.attention`); `"auto"` is flex
     attention on a GPU where it works, SDPA elsewhere (`packed_attention.choose_attention`).

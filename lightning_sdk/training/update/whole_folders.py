@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lightning_sdk.engine.adapter_folders import ADAPTER_WEIGHTS_FILE, role_adapter_names
+from lightning_sdk.engine.lora.folders import ADAPTER_WEIGHTS_FILE, role_adapter_names
 
 __all__ = ["ADAPTER_CONFIG_FILE", "adapter_problem", "replace_folder", "staged_folder", "write_text_whole"]
 

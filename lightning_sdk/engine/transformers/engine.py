@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.engine.base import EngineBase
-from lightning_sdk.engine.lora_merge import load_safetensors_folder, merge_lora_adapter
-from lightning_sdk.engine.models import ResolvedModel, resolve_model
+from lightning_sdk.engine.lora.merge import load_safetensors_folder, merge_lora_adapter
+from lightning_sdk.engine.models.resolve import ResolvedModel, resolve_model
 from lightning_sdk.engine.placement import auto_dtype, plan_placement
 from lightning_sdk.engine.streams import RequestStream
 from lightning_sdk.engine.types import (
@@ -182,7 +182,7 @@ class TransformersEngine(EngineBase):
     def _decode(self, batch: list[Any]) -> None:
         import torch
 
-        from lightning_sdk.engine.hf_decode import Row, decode_batch
+        from lightning_sdk.engine.transformers.decode import Row, decode_batch
 
         try:  # everything that can fail is inside: this worker thread must outlive any one bad batch
             rows = []

@@ -134,7 +134,7 @@ def _bundled_model_folder() -> Path:
     # leaves a half-written model folder behind, and the loser of a race simply uses the winner's folder.
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        from lightning_sdk.engine.convert import convert_gguf_to_safetensors
+        from lightning_sdk.engine.models.gguf import convert_gguf_to_safetensors
 
         convert_gguf_to_safetensors(gguf, staging)
         staging.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary folder

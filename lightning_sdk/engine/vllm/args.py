@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lightning_sdk.engine.models import ResolvedModel
+from lightning_sdk.engine.models.resolve import ResolvedModel
 from lightning_sdk.engine.placement import Placement
 from lightning_sdk.engine.types import MAX_TOP_LOGPROBS, WeightSync
 

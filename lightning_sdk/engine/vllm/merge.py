@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lightning_sdk.engine.lora_merge import (
+from lightning_sdk.engine.lora.merge import (
     LoraUpdate,
     add_lora,
     load_safetensors_folder,
