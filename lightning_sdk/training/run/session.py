@@ -135,11 +135,11 @@ class TrainingSession:
             roles = config.role_adapters()
             adapters = roles.adapters if roles is not None else None
             queue, routes, host, port = runner_protocol_for(config, distributed)
-            if queue is not None:  # runners waiting in a long poll are answered at once
-                opened.callback(queue.close, "the training run ended")
             sampling = SamplingPolicy(accept_any_model=True)
             server = start_endpoint(engine, config, sampling, routes, host, port)
             opened.callback(server.stop)
+            if queue is not None:  # closed before the server stops: runners in a long poll are answered
+                opened.callback(queue.close, "the training run ended")
             engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
             if not owns_engine:  # the caller's engine is left as it was given: serving
                 opened.callback(engine.wake)
