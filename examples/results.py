@@ -33,9 +33,14 @@ def summarize_fit(result: Any, *, report: bool = True, curve_to: str | Path | No
         "best_reward": result.best_eval["reward"] if result.best_eval else math.nan,
     }
     if report:
-        from lightning_sdk.training.records.report import write_report
+        from lightning_sdk.explorer.snapshot import write_snapshot
+        from lightning_sdk.training.records.metrics import read_metrics
+        from lightning_sdk.training.records.report import plot_curves
 
-        summary["report"] = str(write_report(result.run_dir))
+        # report.html is the explorer's one-file snapshot (`lightning-sdk view` shows the same, live); the
+        # PNG curves beside it are what an example's README shows.
+        plot_curves(read_metrics(result.run_dir), Path(result.run_dir))
+        summary["report"] = str(write_snapshot(result.run_dir))
         curve = Path(result.run_dir) / "validation.png"
         if curve_to is not None and curve.exists():
             shutil.copyfile(curve, curve_to)

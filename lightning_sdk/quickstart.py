@@ -37,8 +37,9 @@ of 2 problems did worse). `max_time_s`
 ends training earlier on a machine much busier than two idle cores. `micro_batch_tokens=4096` and
 `max_sample_tokens=1024` fit this agent's calls (a few hundred tokens each, at most 48 of them written by
 the model): the start-up memory line is a bound at those settings, and the defaults (16384, 8192) made it
-say 20 GiB for a demo that peaks near 8. Splitting a step into micro-batches does not change its result. Timings and results are measured
-in `benchmarks/` (docs/benchmarks.md), not here, where they would go stale."""
+say 20 GiB for a demo that peaks near 8. Splitting a step into micro-batches does not change its
+result. Timings and results are measured in `benchmarks/` (docs/benchmarks.md), not here, where they
+would go stale."""
 
 _INSTALL_HINT = (
     "The quickstart trains an AutoGen agent, but AutoGen is not installed ({error}). "

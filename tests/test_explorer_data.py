@@ -411,3 +411,36 @@ def test_a_huge_tool_result_is_cut_on_the_page_and_says_how_much() -> None:
     (message,) = call_view(call, Episode(name="a"), 0)["messages"]
     assert message["text"].endswith("(5 more characters not shown)")
     assert len(message["text"]) < TEXT_LIMIT + 100
+
+
+def test_the_run_page_charts_step_level_credit_when_the_run_used_it() -> None:
+    from lightning_sdk.explorer.run_folder import charts
+
+    step = {"step": 1, "reward_mean": 0.5, "step_group_share": 0.25}
+    step.update(advantage_episode_abs_mean=0.8, advantage_step_abs_mean=0.3)
+    [credit] = [chart for chart in charts([step]) if chart["id"] == "credit"]
+    assert {series["name"]: series["points"] for series in credit["series"]} == {
+        "share of calls in a step group": [(1, 0.25)],
+        "mean |episode advantage|": [(1, 0.8)],
+        "mean |step advantage|": [(1, 0.3)],
+    }
+    assert "credit" not in {chart["id"] for chart in charts([{"step": 1, "reward_mean": 0.5}])}
+
+
+def test_the_run_summary_says_how_the_run_went_and_survives_a_run_that_failed() -> None:
+    from lightning_sdk.explorer.run_summary import summary
+
+    records = [{"step": 0, "val_reward": 0.0}]
+    for step, reward in enumerate([0.0, 1.0, 0.0, 1.0, 0.5, 0.5], start=1):
+        records.append({"step": step, "reward_mean": reward, "groups_rolled_out": 4, "groups_with_signal": 2})
+    records.append({"step": 6, "val_reward": 0.5, "best_step": 6})
+    rows = dict(summary(records))
+    assert rows["steps trained"] == "6" and rows["held-out reward, first → last"] == "0.000 → 0.500"
+    # The moving average of 5 steps goes from the first step's 0.000 to mean(1, 0, 1, .5, .5) = 0.600.
+    assert rows["training reward, moving average of 5 steps, first → last"] == "0.000 → 0.600"
+    assert rows["groups with a learning signal (mean over steps)"] == "50%"
+    assert rows["best held-out reward (the run's adapter: best_adapter/)"] == "0.500 at step 6"
+    failed = dict(
+        summary([{"step": 0, "val_reward": None}, {"step": 1, "reward_mean": None, "episodes_failed": 8}])
+    )
+    assert failed["held-out reward, first → last"] == "n/a → n/a" and failed["steps trained"] == "1"

@@ -19,8 +19,8 @@ import pytest
 from safetensors.torch import load_file
 
 import lightning_sdk as ls
+from lightning_sdk.explorer.snapshot import write_snapshot
 from lightning_sdk.training.records.metrics import read_metrics
-from lightning_sdk.training.records.report import write_report
 
 pytestmark = pytest.mark.slow
 
@@ -104,10 +104,9 @@ def test_fit_trains_and_writes_the_run(engine: Any, tmp_path: Path) -> None:
         (step, task) for step in (0, 2) for task in range(4)
     ]
 
-    report = write_report(run_dir)
-    page = report.read_text()
-    assert "reward.png" in page and (run_dir / "reward.png").stat().st_size > 0
-    assert "Sample episodes" in page and "Held-out episodes (last evaluation)" in page
+    page = write_snapshot(run_dir).read_text()  # report.html: the explorer's one-file snapshot
+    assert 'id="step-2"' in page and 'id="held-out"' in page  # the last step's groups, the held-out table
+    assert "held-out reward, first → last" in page
 
 
 def test_resume_continues_at_the_next_step(engine: Any, tmp_path: Path) -> None:
@@ -183,7 +182,9 @@ def test_the_best_evaluated_adapter_is_the_result_and_resume_keeps_it(engine: An
     )
     assert resumed.best_step == 1 and resumed.adapter_path == run_dir / "best_adapter"
     assert lora_b_norm(resumed.adapter_path) == pytest.approx(lora_b_norm(step_one))
-    assert "best validation reward" in write_report(run_dir).read_text()
+    assert (
+        "best held-out reward (the run&#39;s adapter: best_adapter/)" in write_snapshot(run_dir).read_text()
+    )
 
 
 def test_time_budget_ends_the_run_after_the_step_that_uses_it_up(engine: Any, tmp_path: Path) -> None:

@@ -46,7 +46,10 @@ def test_lists_are_normalised_to_tuples_and_callable_credit_is_named():
         ({"temperature": 0.0}, "temperature 0 is greedy"),
         ({"top_p": 0.0}, "top_p=0.0 must be in (0, 1]"),
         ({"on_error": "skip"}, "on_error='skip' is not one of ['drop', 'zero']"),
-        ({"credit": "uniform"}, "credit='uniform' is unknown; set one of 'equal', 'last', 'discounted', 'step' or"),
+        (
+            {"credit": "uniform"},
+            "credit='uniform' is unknown; set one of 'equal', 'last', 'discounted', 'step' or",
+        ),
         ({"credit": "discounted", "gamma": 0.0}, "gamma=0.0 must be in (0, 1]"),
         ({"train_agents": "planner("}, "is not a valid regular expression"),
         ({"train_agents": []}, "non-empty list of agent names"),

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lightning_sdk.training.records.metrics import MetricsWriter, ProgressBar
-from lightning_sdk.training.records.report import write_report
+from lightning_sdk.explorer.run_summary import summary
+from lightning_sdk.explorer.snapshot import write_snapshot
+from lightning_sdk.training.records.metrics import MetricsWriter, ProgressBar, read_metrics
+from lightning_sdk.training.records.report import plot_curves
 from lightning_sdk.training.run.run_warnings import RunWarnings
 
 
@@ -27,13 +29,13 @@ def test_the_progress_line_and_the_report_show_the_step_group_share(tmp_path: Pa
     with MetricsWriter(tmp_path) as writer:
         for step, share in enumerate([0.25, 0.75], start=1):
             writer.log(step, step_metrics(share))
-    page = write_report(tmp_path).read_text()
-    assert (
-        "trained calls sharing a state with another sample (credit=step), mean over steps</th><td>50%" in page
-    )
-    assert "mean |episode advantage| (credit=step), mean over steps</th><td>0.800" in page
-    assert "mean |weighted step advantage| (credit=step), mean over steps</th><td>0.700" in page
-    assert (tmp_path / "step_groups.png").stat().st_size > 0 and 'src="step_groups.png"' in page
+    rows = dict(summary(read_metrics(tmp_path)))
+    assert rows['trained calls sharing a state with another sample (credit="step"), mean over steps'] == "50%"
+    assert rows['mean |episode advantage| (credit="step"), mean over steps'] == "0.800"
+    assert rows['mean |weighted step advantage| (credit="step"), mean over steps'] == "0.700"
+    page = write_snapshot(tmp_path).read_text()  # report.html shows the same rows and charts them
+    assert "mean |weighted step advantage|" in page and '"id": "credit"' in page
+    assert (tmp_path / "step_groups.png") in plot_curves(read_metrics(tmp_path), tmp_path)
 
 
 def test_three_steps_without_shared_states_warn_once_and_point_at_state_key(

@@ -11,6 +11,7 @@ from typing import Any
 
 from lightning_sdk.explorer.links import Links
 from lightning_sdk.explorer.run_folder import RunSource, charts, warnings
+from lightning_sdk.explorer.run_summary import summary
 from lightning_sdk.explorer.store_reader import EpisodeFilter
 
 __all__ = ["asset", "filter_from", "page_number", "render", "run_context", "templates"]
@@ -76,6 +77,7 @@ def run_context(source: RunSource) -> dict[str, Any]:
     return {
         "title": source.run_dir.name,
         "charts": charts(records),
+        "summary": summary(records),
         "record_count": len(records),
         "last_step": max((int(r["step"]) for r in records), default=None),
         "steps": source.steps(),

@@ -119,6 +119,15 @@ def charts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {key: _points(records, key) for key in role_keys(records, "reward/")},
         ),
         (
+            "credit",
+            'Step-level credit (credit="step"): share of trained calls that shared a state, mean |advantage|',
+            {
+                "share of calls in a step group": _points(records, "step_group_share"),
+                "mean |episode advantage|": _points(records, "advantage_episode_abs_mean"),
+                "mean |step advantage|": _points(records, "advantage_step_abs_mean"),
+            },
+        ),
+        (
             "time",
             "Seconds per step: rollout, update, weight sync",
             {
