@@ -35,8 +35,8 @@ from lightning_sdk.tracing.urls import same_endpoint
 
 if TYPE_CHECKING:
     from lightning_sdk.rollouts.ray_runners import RayRunners
-    from lightning_sdk.serving.app import RouteInstaller
     from lightning_sdk.serving.endpoint import LLMEndpoint
+    from lightning_sdk.serving.routes.installer import RouteInstaller
 
 __all__ = ["KEY_FILE", "RemoteRollouts", "runner_protocol", "start_runners", "write_key_file"]
 

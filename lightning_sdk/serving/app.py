@@ -13,7 +13,7 @@ away stops its generation (`lightning_sdk.serving.disconnect`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -34,16 +34,14 @@ from lightning_sdk.serving.passthrough.forward import (
 )
 from lightning_sdk.serving.passthrough.upstream import Upstream
 from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.routes.installer import RouteInstaller
 from lightning_sdk.serving.routes.openapi import openapi_document
 from lightning_sdk.serving.tools.parsers import HERMES, ToolCallParser, make_tool_parser
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["MODEL_ALIASES", "RouteInstaller", "create_app"]
-
-RouteInstaller = Callable[[FastAPI, Callable[[Request], None]], None]
-"""Adds routes to the app: called with the app and its `authorize(request)` check (raises on a bad key)."""
+__all__ = ["MODEL_ALIASES", "create_app"]
 
 log = logging.getLogger(__name__)
 

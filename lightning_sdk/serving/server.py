@@ -21,9 +21,9 @@ from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.tracing.store import EpisodeStore
 
 if TYPE_CHECKING:
-    from lightning_sdk.serving.app import RouteInstaller
     from lightning_sdk.serving.limits import RequestLimits
     from lightning_sdk.serving.passthrough.upstream import Upstream
+    from lightning_sdk.serving.routes.installer import RouteInstaller
 
 __all__ = ["ServerHandle", "serve", "start_server"]
 
@@ -104,7 +104,7 @@ def start_server(
         owns_engine: Shut the engine down in `stop()`.
         startup_timeout: Seconds to wait for the server to come up.
         sampling_policy: Server-side sampling overrides (the trainer's rollout and evaluation settings).
-        routes: More routes behind the same key (`lightning_sdk.serving.app.RouteInstaller`).
+        routes: More routes behind the same key (`lightning_sdk.serving.routes.installer.RouteInstaller`).
         upstream: Where the requests of its pass-through routes (`/v1/embeddings`, ...) go
             (`lightning_sdk.serving.Upstream`); without one they get a 404 whose message ends with
             `upstream_setting`.

@@ -18,9 +18,9 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from lightning_sdk.serving.app import RouteInstaller
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.limits import read_json_body
+from lightning_sdk.serving.routes.installer import RouteInstaller
 from lightning_sdk.tracing.rewards.feedback import Feedback, feedback_field_problem
 from lightning_sdk.tracing.store import EpisodeStore, UnknownEpisode
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from lightning_sdk.engine.placement import Placement
     from lightning_sdk.engine.types import Engine
     from lightning_sdk.rollouts.queue import RolloutQueue
-    from lightning_sdk.serving.app import RouteInstaller
+    from lightning_sdk.serving.routes.installer import RouteInstaller
     from lightning_sdk.serving.server import ServerHandle
     from lightning_sdk.training.update.memory import StepMemory
 
