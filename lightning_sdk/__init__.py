@@ -28,14 +28,11 @@ from typing import TYPE_CHECKING, Any
 from lightning_sdk.tracing import (
     ContextThreadPoolExecutor,
     Episode,
-    EpisodeStore,
-    EpisodeStoreFull,
     LLMCall,
     capture,
     configure,
     current_episode,
     emit_reward,
-    feedback,
     last_episode,
     reward,
     run_in_episode,
@@ -52,7 +49,9 @@ if TYPE_CHECKING:
     from lightning_sdk.tracing.capture.anthropic_client import instrument_anthropic, uninstrument_anthropic
     from lightning_sdk.tracing.capture.openai_client import instrument_openai, uninstrument_openai
     from lightning_sdk.tracing.formats.trace_files import import_traces
+    from lightning_sdk.tracing.rewards.feedback import feedback
     from lightning_sdk.tracing.rewards.judge import Judge
+    from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
     from lightning_sdk.training.config import TrainerConfig
     from lightning_sdk.training.trainer import Trainer
 
@@ -89,7 +88,8 @@ __all__ = [
 
 # Heavy parts of the public API, imported on first attribute access so `import lightning_sdk` stays fast:
 # the engine and trainer (torch, vLLM), and on the recording side the client capture, the trace import and
-# the judge, which an agent may never use (benchmarks/import_time.py measures the import).
+# the judge, the episode store and feedback (sqlite3), which an agent may never use
+# (benchmarks/import_time.py measures the import).
 _LAZY = {
     "instrument_anthropic": "lightning_sdk.tracing.capture.anthropic_client",
     "uninstrument_anthropic": "lightning_sdk.tracing.capture.anthropic_client",
@@ -97,6 +97,9 @@ _LAZY = {
     "uninstrument_openai": "lightning_sdk.tracing.capture.openai_client",
     "import_traces": "lightning_sdk.tracing.formats.trace_files",
     "Judge": "lightning_sdk.tracing.rewards.judge",
+    "feedback": "lightning_sdk.tracing.rewards.feedback",
+    "EpisodeStore": "lightning_sdk.tracing.store",
+    "EpisodeStoreFull": "lightning_sdk.tracing.store",
     "LLMEndpoint": "lightning_sdk.serving.endpoint",
     "PASSTHROUGH_ROUTES": "lightning_sdk.serving.passthrough.routes",
     "RequestLimits": "lightning_sdk.serving.limits",

@@ -265,7 +265,7 @@ def test_importing_the_package_loads_no_client_engine_or_capture() -> None:
     script = (
         "import sys, lightning_sdk;"
         "heavy = [m for m in sys.modules if m.split('.')[0] in "
-        "('torch', 'vllm', 'transformers', 'peft', 'openai', 'anthropic', 'httpx', 'pydantic')"
+        "('torch', 'vllm', 'transformers', 'peft', 'openai', 'anthropic', 'httpx', 'pydantic', 'sqlite3')"
         " or m.startswith(('lightning_sdk.tracing.capture', 'lightning_sdk.training',"
         " 'lightning_sdk.serving'))];"
         "print(','.join(sorted(heavy)))"

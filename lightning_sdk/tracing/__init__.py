@@ -22,15 +22,15 @@ from lightning_sdk.tracing.context import (
 )
 from lightning_sdk.tracing.decorators import emit_reward, reward, trace_agent
 from lightning_sdk.tracing.episode import Episode, LLMCall
-from lightning_sdk.tracing.rewards.feedback import Feedback, feedback
-from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull, StoreVersionError, UnknownEpisode
 
 if TYPE_CHECKING:
     from lightning_sdk.tracing.capture.anthropic_client import instrument_anthropic, uninstrument_anthropic
     from lightning_sdk.tracing.capture.openai_client import instrument_openai, uninstrument_openai
     from lightning_sdk.tracing.formats.otlp_messages import TraceImportError
     from lightning_sdk.tracing.formats.trace_files import import_traces
+    from lightning_sdk.tracing.rewards.feedback import Feedback, feedback
     from lightning_sdk.tracing.rewards.judge import Judge
+    from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull, StoreVersionError, UnknownEpisode
 
 __all__ = [
     "ContextThreadPoolExecutor",
@@ -61,7 +61,8 @@ __all__ = [
     "uninstrument_openai",
 ]
 
-# Loaded on first attribute access: each costs milliseconds an agent that never uses it should not pay.
+# Loaded on first attribute access: each costs milliseconds an agent that never uses it should not pay
+# (the store and feedback bring sqlite3).
 _LAZY = {
     "instrument_anthropic": "lightning_sdk.tracing.capture.anthropic_client",
     "uninstrument_anthropic": "lightning_sdk.tracing.capture.anthropic_client",
@@ -70,6 +71,12 @@ _LAZY = {
     "TraceImportError": "lightning_sdk.tracing.formats.otlp_messages",
     "import_traces": "lightning_sdk.tracing.formats.trace_files",
     "Judge": "lightning_sdk.tracing.rewards.judge",
+    "Feedback": "lightning_sdk.tracing.rewards.feedback",
+    "feedback": "lightning_sdk.tracing.rewards.feedback",
+    "EpisodeStore": "lightning_sdk.tracing.store",
+    "EpisodeStoreFull": "lightning_sdk.tracing.store",
+    "StoreVersionError": "lightning_sdk.tracing.store",
+    "UnknownEpisode": "lightning_sdk.tracing.store",
 }
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lightning_sdk.tracing.context import add_finish_hook, remove_finish_hook
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.errors import logger, report_internal_error
-from lightning_sdk.tracing.store import EpisodeStore, EpisodeStoreFull
+
+if TYPE_CHECKING:
+    from lightning_sdk.tracing.store import EpisodeStore
 
 __all__ = ["Settings", "configure", "current_settings"]
 
@@ -56,6 +59,10 @@ def configure(
     Returns:
         The new settings.
     """
+    from lightning_sdk.tracing.store import (
+        EpisodeStore,
+    )  # sqlite3 loads with the first store, not the package
+
     global _settings
     previous = _settings
     opened = store is not None and not isinstance(store, EpisodeStore)
@@ -86,6 +93,8 @@ _warned_full: set[EpisodeStore] = set()
 
 
 def _persist(episode: Episode) -> None:
+    from lightning_sdk.tracing.store import EpisodeStoreFull
+
     store = _settings.store
     if store is None:
         return
