@@ -108,8 +108,6 @@ def test_serve_runs_until_interrupted_and_answers_the_openai_client(tmp_path: Pa
         "transformers",
         "--port",
         "0",
-        "--api-key",
-        "sk-test",
         "--max-tokens",
         "8",
     )
@@ -121,7 +119,13 @@ def test_serve_runs_until_interrupted_and_answers_the_openai_client(tmp_path: Pa
         first = server.stdout.readline()  # blocks until the server is up (or the process ends)
         assert first.startswith("Serving SmolLM2-135M-Instruct at http://127.0.0.1:"), log.read_text()
         base_url = first.split(" at ", 1)[1].split()[0]
-        with openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, timeout=60) as client:
+        assert server.stdout.readline().strip() == f"export OPENAI_BASE_URL={base_url}"
+        # The random key is never printed: the line names a file only its owner can read.
+        key_line = server.stdout.readline()
+        key_file = Path(key_line.split("$(cat ", 1)[1].split(")", 1)[0])
+        key = key_file.read_text().strip()
+        assert key_file.stat().st_mode & 0o777 == 0o600 and key not in key_line + log.read_text()
+        with openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60) as client:
             reply = client.chat.completions.create(
                 model="SmolLM2-135M-Instruct", messages=[{"role": "user", "content": "Say hi."}]
             )
@@ -136,6 +140,7 @@ def test_serve_runs_until_interrupted_and_answers_the_openai_client(tmp_path: Pa
                 f"serve did not stop within 180 s of Ctrl+C; its log:\n{log.read_text()}"
             ) from timeout
     assert returncode in (0, -signal.SIGINT, 130), log.read_text()
+    assert not key_file.exists()  # removed when the server stopped
 
 
 def test_quickstart_without_autogen_names_the_install_command(

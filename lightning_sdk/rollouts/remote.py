@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import socket
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from lightning_sdk.rollouts.in_process import Rollout, score_with_reward_fn
 from lightning_sdk.rollouts.queue import Outcome, RolloutQueue, RolloutSpec
 from lightning_sdk.rollouts.runners import KEY_VARIABLE, RunnerLaunch, RunnerProcesses, Runners
+from lightning_sdk.serving.endpoint import write_secret_file
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.routing import Roles
 from lightning_sdk.tracing.urls import same_endpoint
@@ -69,12 +69,7 @@ def runner_protocol(
 def write_key_file(run_dir: Path, key: str) -> Path:
     """`run_dir/KEY_FILE` holding `key`, readable and writable by its owner only (mode 0600, set before a
     byte is written, whatever the umask or an older file's mode)."""
-    path = run_dir / KEY_FILE
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        os.fchmod(file.fileno(), 0o600)
-        file.write(key + "\n")
-    return path
+    return write_secret_file(run_dir / KEY_FILE, key)
 
 
 def start_runners(

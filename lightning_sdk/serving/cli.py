@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 
 __all__ = ["add_serve_arguments", "run_serve"]
 
@@ -79,6 +81,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Start the server from parsed arguments, print how to reach it, and serve until Ctrl+C."""
+    from lightning_sdk.serving.endpoint import write_secret_file
     from lightning_sdk.serving.passthrough.routes import PASSTHROUGH_ROUTES
     from lightning_sdk.serving.server import serve
 
@@ -100,9 +103,18 @@ def run_serve(args: argparse.Namespace) -> int:
         **options,
     )
     endpoint = handle.endpoint
+    key_file = None
+    if args.api_key is None:  # a random key: kept in a file of the owner's, never printed (issue 50)
+        port = endpoint.base_url.rsplit(":", 1)[1].split("/")[0]
+        key_file = write_secret_file(
+            Path(tempfile.gettempdir()) / f"lightning-sdk-serve-{port}.key", endpoint.api_key
+        )
     print(f"Serving {endpoint.model} at {endpoint.base_url}  (Ctrl+C to stop)")
     print(f"  export OPENAI_BASE_URL={endpoint.base_url}")
-    print(f"  export OPENAI_API_KEY={endpoint.api_key}")
+    if key_file is None:
+        print("  export OPENAI_API_KEY=<the key you passed with --api-key>")
+    else:
+        print(f'  export OPENAI_API_KEY="$(cat {key_file})"  # mode 0600, removed when the server stops')
     roles = getattr(handle.engine, "roles", ())
     if roles:
         print(f'Role adapters: {", ".join(roles)} (ask for one with model="<role>")')
@@ -110,5 +122,9 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"Feedback: POST {endpoint.base_url}/episodes/<episode id>/feedback into {args.store}")
     if args.upstream:
         print(f"Inference requests for other routes (embeddings, ...) pass through to {args.upstream}")
-    handle.wait()
+    try:
+        handle.wait()
+    finally:
+        if key_file is not None:
+            key_file.unlink(missing_ok=True)
     return 0

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import anthropic
     import openai
 
-__all__ = ["LLMEndpoint"]
+__all__ = ["LLMEndpoint", "write_secret_file"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,14 @@ class LLMEndpoint:
     def export_env(self) -> None:
         """Set `env` in `os.environ`, so agents that build their own client without arguments use it."""
         os.environ.update(self.env)
+
+
+def write_secret_file(path: str | os.PathLike[str], secret: str) -> Path:
+    """Write `secret` (a key) to `path`, readable and writable by its owner only: mode 0600, set before a
+    byte is written, whatever the umask or an older file's mode. Where a key would otherwise be printed
+    (a log, a console that a notebook or W&B keeps), the file is named instead."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        os.fchmod(file.fileno(), 0o600)
+        file.write(secret + "\n")
+    return Path(path)
