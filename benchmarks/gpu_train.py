@@ -89,8 +89,8 @@ def build_policy(shape: dict[str, Any], layers: int | None, on_gpu: bool) -> Any
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.update.forward.packed_attention import choose_attention
     from lightning_sdk.training.update.lora import build_lora_model
-    from lightning_sdk.training.update.packed_attention import choose_attention
 
     device = torch.device("cuda" if on_gpu else "cpu")
     config = Qwen2Config(**{**shape, "num_hidden_layers": layers or shape["num_hidden_layers"]})
@@ -114,8 +114,8 @@ def grpo_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tens
 
 def ours(layout: str, budget: int) -> Callable[[Any, list[Any]], dict[str, int]]:
     def run(policy: Any, samples: list[Any]) -> dict[str, int]:
-        from lightning_sdk.training.update.batching import batch_tokens, collate, micro_batches
-        from lightning_sdk.training.update.logprobs import token_logprobs
+        from lightning_sdk.training.update.forward.batching import batch_tokens, collate, micro_batches
+        from lightning_sdk.training.update.forward.logprobs import token_logprobs
 
         device = next(policy.parameters()).device
         packed = layout == "packed"
@@ -133,7 +133,7 @@ def ours(layout: str, budget: int) -> Callable[[Any, list[Any]], dict[str, int]]
 
 def padded_rows(chunk: list[Any], device: torch.device) -> tuple[torch.Tensor, ...]:
     """TRL's layout: prompts left-padded, completions right-padded, one row per sample."""
-    from lightning_sdk.training.update.batching import collate
+    from lightning_sdk.training.update.forward.batching import collate
 
     batch = collate(chunk, 0, device)
     index = batch.prompt_index
@@ -182,7 +182,7 @@ def real_tokens(samples: list[Any]) -> int:
 
 
 def padded_counts(chunks: list[list[Any]]) -> dict[str, int]:
-    from lightning_sdk.training.update.batching import batch_tokens
+    from lightning_sdk.training.update.forward.batching import batch_tokens
 
     tokens_run = sum(batch_tokens(chunk) for chunk in chunks)
     return {

@@ -65,7 +65,7 @@ def build_samples(tokenizer, prompts: int, group: int, completion_tokens: int, p
 
 
 def timed_pass(model, batch, layout: str, with_entropy: bool = False) -> tuple[float, float]:
-    from lightning_sdk.training.update.logprobs import token_logprobs
+    from lightning_sdk.training.update.forward.logprobs import token_logprobs
 
     wall, cpu = time.perf_counter(), time.process_time()
     logprobs, _ = token_logprobs(model, batch, with_entropy=with_entropy, layout=layout)
@@ -89,7 +89,7 @@ def main() -> None:
 
     from lightning_sdk.engine.models.resolve import resolve_model
     from lightning_sdk.training.config import TrainerConfig
-    from lightning_sdk.training.update.batching import collate
+    from lightning_sdk.training.update.forward.batching import collate
     from lightning_sdk.training.update.lora import build_lora_model, load_base_model
 
     path = resolve_model(None).path

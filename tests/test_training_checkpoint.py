@@ -6,7 +6,7 @@ import numpy
 import pytest
 import torch
 
-from lightning_sdk.training.update.checkpoint import (
+from lightning_sdk.training.update.folders.checkpoint import (
     find_latest_checkpoint,
     latest_adapter,
     list_checkpoints,

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import collate
-from lightning_sdk.training.update.logprobs import token_logprobs
+from lightning_sdk.training.update.forward.batching import collate
+from lightning_sdk.training.update.forward.logprobs import token_logprobs
 from lightning_sdk.training.update.loss import LossOptions, policy_loss, token_weights
 from tests.fixtures.training import tiny_llama, tiny_lora_model
 

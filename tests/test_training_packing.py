@@ -7,16 +7,16 @@ import torch
 
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.config import TrainerConfig
-from lightning_sdk.training.update.batching import batch_tokens, collate, micro_batches
-from lightning_sdk.training.update.logprobs import default_layout, token_logprobs
-from lightning_sdk.training.update.lora import build_lora_model
-from lightning_sdk.training.update.packed_attention import (
+from lightning_sdk.training.update.forward.batching import batch_tokens, collate, micro_batches
+from lightning_sdk.training.update.forward.logprobs import default_layout, token_logprobs
+from lightning_sdk.training.update.forward.packed_attention import (
     attention_implementation,
     head_dim_problem,
     packed_attention_mask,
     packing_problem,
 )
-from lightning_sdk.training.update.packing import pack
+from lightning_sdk.training.update.forward.packing import pack
+from lightning_sdk.training.update.lora import build_lora_model
 from tests.fixtures.training import tiny_llama, tiny_lora_model
 
 
@@ -161,7 +161,10 @@ def test_a_model_that_cannot_pack_runs_padded_and_says_why_once(caplog):
     assert "sliding-window" in packing_problem(mistral)
     batch = collate(mixed_samples())
     assert default_layout(model, batch) == "cached"  # a CPU model that keeps a cache still shares prompts
-    with caplog.at_level(logging.WARNING, logger="lightning_sdk.training.update.logprobs"), torch.no_grad():
+    with (
+        caplog.at_level(logging.WARNING, logger="lightning_sdk.training.update.forward.logprobs"),
+        torch.no_grad(),
+    ):
         asked = run(model, batch, "packed", backward=False)
         run(model, batch, "packed", backward=False)
         padded = run(model, batch, "padded", backward=False)
@@ -216,7 +219,7 @@ def test_packed_chunks_keep_no_whole_vocabulary_tensor_for_the_backward_pass():
 
 def test_fused_kernels_leave_the_pass_unchanged_where_they_do_not_apply():
     # On a CPU (and on a GPU without liger-kernel) the policy is the model as transformers built it.
-    from lightning_sdk.training.update.fused_kernels import apply_fused_kernels
+    from lightning_sdk.training.update.forward.fused_kernels import apply_fused_kernels
 
     model, plain = tiny_llama(), tiny_llama()
     forwards = {name: type(module).forward for name, module in model.named_modules()}

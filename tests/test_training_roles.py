@@ -12,7 +12,11 @@ import torch
 from lightning_sdk.engine.lora.folders import is_adapter_folder, role_adapter_names
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.config import TrainerConfig
-from lightning_sdk.training.update.checkpoint import find_latest_checkpoint, load_checkpoint, save_checkpoint
+from lightning_sdk.training.update.folders.checkpoint import (
+    find_latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from lightning_sdk.training.update.lora import (
     adapter_parameters,
     build_lora_model,

@@ -5,7 +5,7 @@ import torch
 
 from lightning_sdk.tracing.episode import LLMCall
 from lightning_sdk.training.algorithm.samples import Sample, build_samples, chain_calls
-from lightning_sdk.training.update.batching import batch_tokens, collate, micro_batches
+from lightning_sdk.training.update.forward.batching import batch_tokens, collate, micro_batches
 
 
 def call(prompt, completion, logprobs=None, agent="a"):

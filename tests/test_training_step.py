@@ -7,8 +7,8 @@ import torch
 
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.config import TrainerConfig
-from lightning_sdk.training.update.batching import collate
-from lightning_sdk.training.update.logprobs import token_logprobs
+from lightning_sdk.training.update.forward.batching import collate
+from lightning_sdk.training.update.forward.logprobs import token_logprobs
 from lightning_sdk.training.update.lora import build_lora_model, load_base_model
 from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 from lightning_sdk.training.update.step import train_on_samples

@@ -3,8 +3,8 @@
 import torch
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import collate
-from lightning_sdk.training.update.logprobs import token_logprobs
+from lightning_sdk.training.update.forward.batching import collate
+from lightning_sdk.training.update.forward.logprobs import token_logprobs
 from lightning_sdk.training.update.lora import (
     add_reference_adapters,
     build_lora_model,

@@ -12,8 +12,8 @@ import pytest
 
 import lightning_sdk as ls
 from lightning_sdk.training.run.best_adapter import BEST_FILE, BestAdapter, read_best, write_best
+from lightning_sdk.training.update.folders.whole_folders import adapter_problem, staged_folder
 from lightning_sdk.training.update.lora import save_adapter
-from lightning_sdk.training.update.whole_folders import adapter_problem, staged_folder
 from tests.fixtures.training import tiny_lora_model
 
 WEIGHTS = "adapter_model.safetensors"

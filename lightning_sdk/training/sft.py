@@ -125,7 +125,7 @@ def _train(
     from lightning_sdk.engine.placement import plan_placement
     from lightning_sdk.training.records.metrics import MetricsWriter, ProgressBar
     from lightning_sdk.training.run.startup import seed_everything
-    from lightning_sdk.training.update.checkpoint import save_checkpoint
+    from lightning_sdk.training.update.folders.checkpoint import save_checkpoint
     from lightning_sdk.training.update.lora import (
         build_lora_model,
         load_adapter_weights,

@@ -208,7 +208,7 @@ class Trainer:
                 folder of role adapters (`TrainerConfig(roles=...)`) gives one merged model per role, in
                 `path/<role>`.
         """
-        from lightning_sdk.training.update.export import export_merged_model_folder
+        from lightning_sdk.training.update.folders.export import export_merged_model_folder
 
         return export_merged_model_folder(self.model, self.config, path, adapter)
 

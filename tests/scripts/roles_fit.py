@@ -21,7 +21,7 @@ import lightning_sdk as ls
 from lightning_sdk.engine.lora.folders import role_adapter_names
 from lightning_sdk.tracing.store import EpisodeStore
 from lightning_sdk.training.records.metrics import read_metrics
-from lightning_sdk.training.update.checkpoint import find_latest_checkpoint
+from lightning_sdk.training.update.folders.checkpoint import find_latest_checkpoint
 
 CLIENT = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-hosted", max_retries=0)
 TASKS = [{"name": name} for name in ("Ada", "Linus", "Grace", "Ken")]

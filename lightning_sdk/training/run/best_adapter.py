@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_sdk.training.update.whole_folders import write_text_whole
+from lightning_sdk.training.update.folders.whole_folders import write_text_whole
 
 __all__ = [
     "BEST_ADAPTER_DIR",

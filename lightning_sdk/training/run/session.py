@@ -115,7 +115,7 @@ class TrainingSession:
         from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
         if config.init_adapter is not None:  # before anything starts: a cut file fails here, not minutes in
-            from lightning_sdk.training.update.whole_folders import adapter_problem
+            from lightning_sdk.training.update.folders.whole_folders import adapter_problem
 
             problem = adapter_problem(config.init_adapter)
             if problem is not None:
@@ -382,8 +382,8 @@ class TrainingSession:
 
         The engine sleeps here (between rollouts); it wakes its weights for the write itself and keeps its
         KV cache asleep until the next rollout or evaluation wakes it."""
+        from lightning_sdk.training.update.folders.whole_folders import staged_folder
         from lightning_sdk.training.update.lora import save_adapter
-        from lightning_sdk.training.update.whole_folders import staged_folder
 
         started = time.perf_counter()
         folder = (
@@ -409,8 +409,8 @@ class TrainingSession:
         """The policy's adapter (every role's, in subfolders, with roles) in `folder` (rank 0), written
         under a staging name and renamed into place whole; `beside(staging)` writes more files into the
         folder before it is renamed (`best.json`), so they come and go with the adapter."""
+        from lightning_sdk.training.update.folders.whole_folders import staged_folder
         from lightning_sdk.training.update.lora import save_adapter
-        from lightning_sdk.training.update.whole_folders import staged_folder
 
         if self.distributed.is_main:
             with staged_folder(folder) as staging:
@@ -421,7 +421,7 @@ class TrainingSession:
 
     # --- checkpoints and logs -------------------------------------------------------------------------
     def save_checkpoint(self, step: int, cursor: TaskCursor) -> None:
-        from lightning_sdk.training.update.checkpoint import save_checkpoint
+        from lightning_sdk.training.update.folders.checkpoint import save_checkpoint
 
         if self.distributed.is_main:
             save_checkpoint(
@@ -437,7 +437,7 @@ class TrainingSession:
 
     def restore(self, cursor: TaskCursor) -> int:
         """Load the newest checkpoint of the run (if any) and return its step; 0 when there is none."""
-        from lightning_sdk.training.update.checkpoint import find_latest_checkpoint, load_checkpoint
+        from lightning_sdk.training.update.folders.checkpoint import find_latest_checkpoint, load_checkpoint
 
         checkpoint = find_latest_checkpoint(self.run_dir)
         if checkpoint is None:

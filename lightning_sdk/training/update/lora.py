@@ -22,8 +22,8 @@ import torch
 
 from lightning_sdk.engine.lora.folders import ADAPTER_WEIGHTS_FILE, role_adapter_names
 from lightning_sdk.engine.placement import auto_dtype
-from lightning_sdk.training.update.fused_kernels import apply_fused_kernels
-from lightning_sdk.training.update.packed_attention import choose_attention, head_dim_problem
+from lightning_sdk.training.update.forward.fused_kernels import apply_fused_kernels
+from lightning_sdk.training.update.forward.packed_attention import choose_attention, head_dim_problem
 
 if TYPE_CHECKING:
     from peft import PeftModel

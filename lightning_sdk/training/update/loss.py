@@ -52,7 +52,7 @@ class LossOptions:
     dr_grpo_length: int = 256
     """The constant `L` of `dr_grpo`."""
     logit_chunk_tokens: int | None = 512
-    """Tokens projected to the vocabulary at once (`update/logprobs.py`)."""
+    """Tokens projected to the vocabulary at once (`update/forward/logprobs.py`)."""
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> LossOptions:

@@ -14,8 +14,8 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import collate
-from lightning_sdk.training.update.logprobs import plan_micro_batches, token_logprobs
+from lightning_sdk.training.update.forward.batching import collate
+from lightning_sdk.training.update.forward.logprobs import plan_micro_batches, token_logprobs
 from lightning_sdk.training.update.step import advance, optimizer_step
 
 if TYPE_CHECKING:

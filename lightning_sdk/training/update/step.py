@@ -12,8 +12,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import Batch, batch_tokens, collate
-from lightning_sdk.training.update.logprobs import default_layout, plan_micro_batches, token_logprobs
+from lightning_sdk.training.update.forward.batching import Batch, batch_tokens, collate
+from lightning_sdk.training.update.forward.logprobs import default_layout, plan_micro_batches, token_logprobs
 from lightning_sdk.training.update.lora import reference_adapter
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 

@@ -24,8 +24,8 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_sdk.engine.lora.folders import is_adapter_folder
+from lightning_sdk.training.update.folders.whole_folders import replace_folder
 from lightning_sdk.training.update.lora import load_adapter_weights, save_adapter
-from lightning_sdk.training.update.whole_folders import replace_folder
 
 if TYPE_CHECKING:
     from peft import PeftModel

@@ -34,14 +34,14 @@ def export_merged_model_folder(
 
     from lightning_sdk.engine.lora.folders import role_adapter_names
     from lightning_sdk.engine.models.resolve import resolve_model
-    from lightning_sdk.training.update.checkpoint import latest_adapter
+    from lightning_sdk.training.update.folders.checkpoint import latest_adapter
+    from lightning_sdk.training.update.folders.whole_folders import adapter_problem
     from lightning_sdk.training.update.lora import (
         build_lora_model,
         export_merged_model,
         load_adapter_weights,
         load_base_model,
     )
-    from lightning_sdk.training.update.whole_folders import adapter_problem
 
     if adapter is not None:
         adapter_path = Path(adapter)
@@ -71,7 +71,7 @@ def _default_adapter(config: TrainerConfig, latest_adapter: Callable[[str], Path
             "export_merged needs adapter=PATH, or TrainerConfig(run_dir=...) naming a trained run."
         )
     from lightning_sdk.engine.lora.folders import is_adapter_folder
-    from lightning_sdk.training.update.whole_folders import adapter_problem
+    from lightning_sdk.training.update.folders.whole_folders import adapter_problem
 
     run_dir = Path(config.run_dir)
     newest = latest_adapter(config.run_dir)

@@ -27,14 +27,14 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from lightning_sdk.training.algorithm.samples import Sample
-from lightning_sdk.training.update.batching import Batch, micro_batches, positions
 from lightning_sdk.training.update.distributed import unwrap
-from lightning_sdk.training.update.packed_attention import (
+from lightning_sdk.training.update.forward.batching import Batch, micro_batches, positions
+from lightning_sdk.training.update.forward.packed_attention import (
     attention_implementation,
     packed_attention_mask,
     packing_problem,
 )
-from lightning_sdk.training.update.packing import PackedRow, pack
+from lightning_sdk.training.update.forward.packing import PackedRow, pack
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lightning_sdk.training.update.batching import Batch
+from lightning_sdk.training.update.forward.batching import Batch
 
 __all__ = ["PackedRow", "pack"]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from lightning_sdk.training.update.distributed import unwrap
-from lightning_sdk.training.update.packing import PackedRow
+from lightning_sdk.training.update.forward.packing import PackedRow
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
