@@ -368,3 +368,26 @@ def _wait_for(condition: Any, what: str, timeout_s: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.01)
+
+
+def test_the_trainer_endpoint_takes_its_limits_from_the_config(vllm_engine: Any) -> None:
+    from lightning_sdk.serving.policy import SamplingPolicy
+    from lightning_sdk.training.run.startup import start_endpoint
+
+    config = ls.TrainerConfig(request_limits=ls.RequestLimits(max_sequences=2))
+    handle = start_endpoint(vllm_engine, config, SamplingPolicy(accept_any_model=True), [], "127.0.0.1", 0)
+    try:
+        body = {"model": "default", "messages": HI, "n": 3, "max_tokens": 2}
+        status, answer = send(
+            handle.endpoint.base_url,
+            "POST",
+            "/v1/chat/completions",
+            json.dumps(body).encode(),
+            key=handle.endpoint.api_key,
+        )
+    finally:
+        handle.stop()
+    assert status == 400 and answer["error"]["code"] == "too_many_sequences"
+    assert "TrainerConfig(request_limits=" in answer["error"]["message"]
+    with pytest.raises(ValueError, match="request_limits"):
+        ls.TrainerConfig(request_limits={"max_sequences": 2})  # type: ignore[arg-type]

@@ -40,7 +40,10 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 """The default bound on any request body: Anthropic's own request limit, and room for a long episode upload
 of the runner protocol (a chat request that fills a 128k-token context is a few megabytes)."""
 
-LIMITS_SETTING = "serve(limits=RequestLimits(...)) or start_server(limits=...)"
+LIMITS_SETTING = (
+    "TrainerConfig(request_limits=RequestLimits(...)), serve(limits=RequestLimits(...)) "
+    "or start_server(limits=...)"
+)
 """Where the limits are set (ends every refusal's message)."""
 
 _Scope = MutableMapping[str, Any]

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from lightning_sdk.rollouts.runners import Runners
+from lightning_sdk.serving.limits import RequestLimits
 from lightning_sdk.serving.passthrough.routes import PASSTHROUGH_ROUTES, check_passthrough_routes
 from lightning_sdk.tracing.routing import SHARED_ROLE, Roles, RouteTarget
 from lightning_sdk.training.config_checks import config_problem
@@ -185,6 +186,10 @@ class TrainerConfig:
     `GET /v1/models/<id>`), never what acts on the account (files, fine-tuning, batches). Add one with
     `(*ls.PASSTHROUGH_ROUTES, "POST /v1/files")`; `()` switches pass-through off. Any other request gets a
     404 that names this option. See docs/serving.md, "Other OpenAI routes"."""
+    request_limits: RequestLimits | None = None
+    """What one request to the run's endpoint may ask: body size, JSON nesting, sequences started (prompts x
+    `n`); `None`: `ls.RequestLimits()`'s defaults (32 MiB, 64 levels, 256 sequences). Every agent, runner
+    and tool that holds the run's key can send requests; these bound what one of them costs the run."""
     runners: Runners | None = None
     """Where the agent runs: `None` in this process (the default), or `Runners(...)`: in runner processes
     this trainer starts, or that you start on this or other machines (see `lightning_sdk.Runners`). A mapping
@@ -304,6 +309,11 @@ class TrainerConfig:
         self.lora_target_modules = _normalise_target_modules(self.lora_target_modules)
         self.report_to = tuple(self.report_to)
         self.passthrough_routes = check_passthrough_routes(self.passthrough_routes)
+        if self.request_limits is not None and not isinstance(self.request_limits, RequestLimits):
+            raise ValueError(
+                f"request_limits={self.request_limits!r} must be an ls.RequestLimits(...) or None "
+                "(None: its defaults)."
+            )
         if isinstance(self.train_agents, (list, tuple, set, frozenset)):
             self.train_agents = tuple(self.train_agents)
         if isinstance(self.roles, (list, tuple)):

@@ -306,6 +306,7 @@ def start_endpoint(
         upstream_setting=TRAINER_UPSTREAM_SETTING,
         tool_parser=config.tool_parser,
         roles=roles.adapters if (roles := config.role_adapters()) is not None else (),
+        limits=config.request_limits,
     )
 
 
