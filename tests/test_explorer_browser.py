@@ -28,6 +28,7 @@ import pytest
 import lightning_sdk as ls
 from lightning_sdk.explorer import serve_explorer, write_snapshot
 from tests.fixtures.explorer_runs import synthetic_run
+from tests.fixtures.openai_server import recording_state_restored
 
 CHROMIUM = shutil.which("chromium-headless-shell") or shutil.which("chromium")
 pytestmark = pytest.mark.skipif(
@@ -69,7 +70,7 @@ def trained_run(vllm_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> I
     )
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), recording_state_restored():
             ls.Trainer(config=config, engine=vllm_engine).fit(solver, TASKS, val_dataset=TASKS[:2])
     finally:
         vllm_engine.load_adapter(None, version=None)  # base weights back for the next module
