@@ -148,8 +148,7 @@ def main() -> None:
         "",
         f"`python benchmarks/explorer.py --steps {args.steps} --tasks {args.tasks} --group {args.group} "
         f"--held-out {args.held_out} --repeats {args.repeats}`, {time.strftime('%Y-%m-%d')}, "
-        f"{os.cpu_count()} CPU cores ({_cpu()}), load average {load:.1f} while it ran (other work shared "
-        "the machine).",
+        f"{os.cpu_count()} CPU cores ({_cpu()}), load average {load:.1f} when it finished.",
         "",
         f"A synthetic run folder written by the run folder's own writers: {episodes:,} training episodes "
         f"({args.steps} steps x {args.tasks} groups x {args.group} samples, two calls each with a tool call "
