@@ -444,3 +444,26 @@ def test_the_run_summary_says_how_the_run_went_and_survives_a_run_that_failed() 
         summary([{"step": 0, "val_reward": None}, {"step": 1, "reward_mean": None, "episodes_failed": 8}])
     )
     assert failed["held-out reward, first → last"] == "n/a → n/a" and failed["steps trained"] == "1"
+
+
+def test_warnings_are_kept_after_the_engine_closes_every_logging_handler(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # vLLM's logging set-up (dictConfig, when its engine starts inside the run) closes every handler in the
+    # process: the warnings file must keep taking lines after that, without a "Logging error".
+    import logging
+
+    from lightning_sdk.training.records.run_warnings_file import keep_warnings, read_warnings
+
+    run = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=1, group_size=2)
+    logger = logging.getLogger("lightning_sdk.training")
+    with keep_warnings(run):
+        logger.warning("before the engine starts")
+        for handler in logging.getLogger("lightning_sdk").handlers:
+            handler.close()  # what logging.shutdown, called by dictConfig, does to each
+        logger.warning("memory bound: after the engine started")
+    assert [record["message"] for record in read_warnings(run)] == [
+        "before the engine starts",
+        "memory bound: after the engine started",
+    ]
+    assert "Logging error" not in capsys.readouterr().err

@@ -22,21 +22,25 @@ WARNINGS_FILE = "warnings.jsonl"
 
 
 class _JsonLines(logging.Handler):
+    """Appends each record to the file as one JSON line, opening it for each record rather than holding it:
+    vLLM configures logging (`logging.config.dictConfig`) when its engine starts, after this handler is
+    attached, and that closes every handler in the process (`logging.shutdown`). A held file would then be
+    closed under a run that goes on warning, and each warning would print a "Logging error" instead of
+    being kept. Warnings are few; an open per line costs nothing that matters."""
+
     def __init__(self, path: Path) -> None:
         super().__init__(level=logging.WARNING)
-        self._file = path.open("a", encoding="utf-8")
+        self._path = path
+        path.touch()  # the file exists from the start: the run folder says the run keeps its warnings
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = {"time": record.created, "level": record.levelname, "logger": record.name}
-            self._file.write(json.dumps({**line, "message": record.getMessage()}, ensure_ascii=False) + "\n")
-            self._file.flush()
+            text = json.dumps({**line, "message": record.getMessage()}, ensure_ascii=False) + "\n"
+            with self._path.open("a", encoding="utf-8") as file:
+                file.write(text)
         except (OSError, ValueError, TypeError):  # a log line must never stop the run
             self.handleError(record)
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
 
 
 @contextlib.contextmanager
