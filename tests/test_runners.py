@@ -24,6 +24,7 @@ import lightning_sdk as ls
 from lightning_sdk.rollouts import RolloutQueue, RolloutSpec
 from lightning_sdk.rollouts.routes import install_rollout_routes
 from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
+from lightning_sdk.serving.keys import model_key
 from lightning_sdk.tracing.store import EpisodeStore
 from tests.fixtures.runs import REPOSITORY, interruptible
 from tests.fixtures.tools import CHAT_ADD_STRICT
@@ -217,6 +218,17 @@ def test_bad_requests_get_clear_errors_and_lose_nothing(protocol_server) -> None
             401,
             "invalid_api_key",
         )
+    # The key a runner hands its agent opens model calls only: the protocol's routes refuse it, so a tool
+    # that reads the agent's OPENAI_API_KEY cannot lease, upload or end a lease.
+    agents = httpx.Client(base_url=root, headers={"x-api-key": model_key(key)}, timeout=30)
+    refused(agents.post("/v1/rollouts/lease", json={"runner": "t"}), 403, "model_key_only")
+    refused(agents.get("/v1/rollouts"), 403, "model_key_only")
+    refused(
+        agents.post(f"/v1/rollouts/{lease['rollout_id']}/episode", json={"lease_id": "x", "episode": {}}),
+        403,
+        "model_key_only",
+    )
+    assert agents.get("/v1/models").status_code == 200
     refused(
         good.post("/v1/rollouts/nope/episode", json={"lease_id": "x", "episode": {}}), 404, "unknown_rollout"
     )

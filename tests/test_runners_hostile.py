@@ -23,6 +23,7 @@ import pytest
 import lightning_sdk as ls
 from lightning_sdk.rollouts.remote import KEY_FILE
 from lightning_sdk.rollouts.runners import KEY_VARIABLE
+from lightning_sdk.serving.keys import MODEL_KEY_PREFIX
 from lightning_sdk.tracing.store import EpisodeStore
 from tests.scripts.runner_agent import solver
 
@@ -208,6 +209,8 @@ def test_a_hostile_runner_costs_the_run_some_rollouts_never_the_run(
     for shown in (printed.out, printed.err, caplog.text, hostile.reprs, (run_dir / "run.json").read_text()):
         assert key not in shown
     assert KEY_VARIABLE not in os.environ  # the runner took it out of what the agent's tools inherit
+    # The agent's environment held the model key, which opens model calls only (`serving/keys.py`).
+    assert {episode.metadata["key_kind"] for episode in honest} == {MODEL_KEY_PREFIX}
 
 
 def test_a_start_that_fails_part_way_leaves_no_server_and_the_engine_serving(

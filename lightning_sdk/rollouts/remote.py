@@ -36,7 +36,7 @@ from lightning_sdk.tracing.urls import same_endpoint
 if TYPE_CHECKING:
     from lightning_sdk.rollouts.ray_runners import RayRunners
     from lightning_sdk.serving.endpoint import LLMEndpoint
-    from lightning_sdk.serving.routes.installer import RouteInstaller
+    from lightning_sdk.serving.routes.installer import Authorize, RouteInstaller
 
 __all__ = ["KEY_FILE", "RemoteRollouts", "runner_protocol", "start_runners", "write_key_file"]
 
@@ -60,7 +60,7 @@ def runner_protocol(
 
     queue = RolloutQueue(runners.lease_timeout_s, episode_timeout_s, runners.max_attempts)
 
-    def install(app: Any, authorize: Callable[..., None]) -> None:
+    def install(app: Any, authorize: Authorize) -> None:
         install_rollout_routes(app, authorize, queue, routes=routes, roles=roles)
 
     return queue, install

@@ -63,6 +63,7 @@ from lightning_sdk.rollouts.schemas import (
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.openai_api import API_PATHS, COUNT_TOKENS_PATH, OpenAIAPI, openai_api
 from lightning_sdk.serving.passthrough.forward import PASSTHROUGH_METHODS
+from lightning_sdk.serving.routes.installer import Authorize
 from lightning_sdk.serving.served import ApiKind
 from lightning_sdk.tracing.routing import ROLE_HEADER, Roles
 
@@ -90,7 +91,7 @@ _Body = TypeVar("_Body", bound=WireBody)
 
 def install_rollout_routes(
     app: FastAPI,
-    authorize: Callable[[Request], None],
+    authorize: Authorize,
     queue: RolloutQueue,
     max_episode_bytes: int = MAX_EPISODE_BYTES,
     routes: Mapping[str, str] | None = None,
@@ -100,14 +101,18 @@ def install_rollout_routes(
     `authorize(request)` raises for a wrong or missing one. `routes` (the run's routing map) goes to
     runners with every lease."""
 
-    async def key(request: Request) -> None:
+    async def run_key(request: Request) -> None:
+        authorize(request, owner=True)
+
+    async def model_key(request: Request) -> None:
         authorize(request)
 
     recorder = GatewayRecorder(queue)
-    behind_key = [Depends(key)]
     rollouts = rollouts_router(queue, recorder, max_episode_bytes, routes, roles)
-    app.include_router(rollouts, dependencies=behind_key)
-    app.include_router(gateway_router(openai_api(app), queue, recorder), dependencies=behind_key)
+    # Leases and uploads take the run's own key; the gateway is the agent's model endpoint and also takes
+    # the model key a runner hands its agent (`serving/keys.py`).
+    app.include_router(rollouts, dependencies=[Depends(run_key)])
+    app.include_router(gateway_router(openai_api(app), queue, recorder), dependencies=[Depends(model_key)])
 
 
 def rollouts_router(

@@ -4,7 +4,6 @@ sampling parameters, and the chat preparation the chat and Responses routes have
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from lightning_sdk.serving.chat.schemas import (
 )
 from lightning_sdk.serving.chat.template import longest_token_chars, render_chat, tool_choice_prefix
 from lightning_sdk.serving.errors import APIError
+from lightning_sdk.serving.keys import model_key, offered_keys, offers
 from lightning_sdk.serving.limits import RequestLimits, read_json_body
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.serving.tools.calls import ParsedOutput, ToolTextFilter, validate_tools
@@ -113,20 +113,29 @@ class ServingContext:
         """Characters beyond which no prompt fits the context (`template.longest_token_chars`)."""
         return self.engine.max_model_len * longest_token_chars(self.tokenizer)
 
-    def authorize(self, request: Request) -> None:
-        """Raise a 401 unless the request carries the key: as a bearer token (OpenAI clients) or in
-        `x-api-key` (Anthropic's clients)."""
+    def authorize(self, request: Request, *, owner: bool = False) -> None:
+        """Raise unless the request carries a key: as a bearer token (OpenAI clients) or in `x-api-key`
+        (Anthropic's clients). Model routes take the server's key or its model key (`serving/keys.py`);
+        `owner=True` routes (the runner protocol) take the server's own key only: a model key there is a
+        403, so an agent's tools cannot lease or upload with the key the agent was handed."""
         if self.api_key is None:
             return
-        bearer = request.headers.get("authorization", "")
-        given = [bearer[7:].strip()] if bearer.startswith("Bearer ") else []
-        given += request.headers.getlist("x-api-key")
-        expected = self.api_key.encode()
-        # Bytes: compare_digest refuses str with non-ASCII characters, which a header may hold.
-        if not any(hmac.compare_digest(key.encode(), expected) for key in given):
-            raise APIError.unauthorized(
-                "Missing or incorrect API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+        offered = offered_keys(request.headers.get("authorization", ""), request.headers.getlist("x-api-key"))
+        if offers(offered, self.api_key):
+            return
+        if offers(offered, model_key(self.api_key)):
+            if not owner:
+                return
+            raise APIError(
+                403,
+                "This key opens model calls only (it is the key a runner hands its agent); this route is the "
+                "runner protocol's and needs the run's key (RUN_DIR/runner.key).",
+                type="permission_error",
+                code="model_key_only",
             )
+        raise APIError.unauthorized(
+            "Missing or incorrect API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+        )
 
     async def read_json(self, request: Request) -> Any:
         """The authorized request's JSON body, within the app's limits (`limits.read_json_body`)."""

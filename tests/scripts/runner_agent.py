@@ -27,6 +27,9 @@ def solver(task: dict[str, Any]) -> str:
     if marker and not Path(marker).exists():
         Path(marker).write_text(str(os.getpid()))
         time.sleep(600)
+    episode = ls.current_episode()
+    if episode is not None:  # which kind of key the agent's tools would see (4 characters, never the key)
+        episode.metadata["key_kind"] = os.environ.get("OPENAI_API_KEY", "")[:4]
     reply = openai.OpenAI().chat.completions.create(
         model="default", messages=[{"role": "user", "content": task["question"]}], max_tokens=6
     )

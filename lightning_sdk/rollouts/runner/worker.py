@@ -24,6 +24,7 @@ from lightning_sdk.rollouts.runner.client import ProtocolRefusal, TrainerClient,
 from lightning_sdk.rollouts.runners import KEY_VARIABLE
 from lightning_sdk.rollouts.schemas import GrantedLease
 from lightning_sdk.serving.endpoint import LLMEndpoint
+from lightning_sdk.serving.keys import model_key
 from lightning_sdk.tracing.routing import Router, compile_routes
 
 __all__ = ["arun_runner", "run_runner"]
@@ -156,7 +157,9 @@ async def _serve_one(
         return
     # Default openai and anthropic clients built inside the agent read these (the same base URL for every
     # lease of a trainer; updated per lease, since a restarted trainer may listen elsewhere).
-    endpoint = LLMEndpoint(lease.base_url, api_key, "default")
+    # The agent gets the key for model calls only: its tools may read OPENAI_API_KEY, and the run's key
+    # would let them lease and upload (`serving/keys.py`).
+    endpoint = LLMEndpoint(lease.base_url, model_key(api_key), "default")
     os.environ.update({name: value for name, value in endpoint.env.items() if name != "OPENAI_MODEL"})
     kwargs = {"llm": endpoint} if wants_llm else {}
     keep_alive = asyncio.create_task(_renew_until_cancelled(client, lease))
@@ -185,7 +188,7 @@ def _router(lease: GrantedLease, api_key: str) -> Router | None:
     the agent built at import time, pointed elsewhere, trains too."""
     try:
         roles = lease.roles.roles() if lease.roles is not None else None
-        return Router(lease.base_url, api_key, compile_routes(lease.routes, roles), roles)
+        return Router(lease.base_url, model_key(api_key), compile_routes(lease.routes, roles), roles)
     except ValueError as error:  # the trainer checked the map; a newer trainer's may not parse here
         log.error(
             "rollout %s: the trainer's routes cannot be used (%s); calls are not redirected",

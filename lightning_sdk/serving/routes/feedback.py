@@ -11,7 +11,6 @@ route, and is installed on a server that has the episode store the agent records
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.limits import read_json_body
-from lightning_sdk.serving.routes.installer import RouteInstaller
+from lightning_sdk.serving.routes.installer import Authorize, RouteInstaller
 from lightning_sdk.tracing.rewards.feedback import Feedback, feedback_field_problem
 from lightning_sdk.tracing.store import EpisodeStore, UnknownEpisode
 
@@ -65,7 +64,7 @@ def feedback_routes(store: EpisodeStore, reward_range: tuple[float, float] | Non
     """The installer of the feedback route on a server (`create_app(routes=[...])`), writing into `store`;
     `reward_range=(low, high)` refuses rewards outside it."""
 
-    def install(app: FastAPI, authorize: Callable[[Request], None]) -> None:
+    def install(app: FastAPI, authorize: Authorize) -> None:
         @app.post(FEEDBACK_PATH)
         async def give_feedback(episode_id: str, request: Request) -> dict[str, Any]:
             authorize(request)
