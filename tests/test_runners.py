@@ -342,6 +342,10 @@ def test_gateway_records_a_plain_http_agent_and_its_reward(protocol_server) -> N
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "lease_lost"
     unauthorised = httpx.post(f"{gateway}/chat/completions", json=ask, timeout=60)
     assert unauthorised.status_code == 401  # and nothing recorded (two calls below, not three)
+    # The gateway takes the agent's model key, and answers its own model's entry itself (no upstream).
+    entry = httpx.get(f"{gateway}/models/default", headers={"x-api-key": model_key(key)}, timeout=60)
+    assert entry.status_code == 200, entry.text
+    assert (entry.json()["id"], entry.json()["owned_by"]) == ("default", "lightning-sdk")
     done = http.post(
         f"/v1/rollouts/{rollout_id}/reward",
         json={

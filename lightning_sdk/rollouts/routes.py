@@ -188,6 +188,11 @@ def gateway_router(api: OpenAIAPI, queue: RolloutQueue, recorder: GatewayRecorde
     async def models() -> dict[str, Any]:
         return api.models()
 
+    @router.get("/models/{model_id:path}")
+    async def model(model_id: str, request: Request) -> Any:
+        # As on /v1: the policy's own entry here; another model's is the upstream's to answer, or a 404.
+        return api.model(model_id) or await api.pass_through(request, f"models/{model_id}")
+
     @router.post(COUNT_TOKENS_PATH)
     async def count_tokens(request: Request) -> dict[str, Any]:
         body = await _read_object(request, MAX_EPISODE_BYTES)
