@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.training.algorithm.diagnostics import StepDiagnostics
 from lightning_sdk.training.algorithm.prepare import (
     PreparedGroup,
     prepare_group,
-    reward_stats,
     samples_from_groups,
 )
 from lightning_sdk.training.algorithm.signal import SignalWatch, signal_counts
@@ -49,6 +47,12 @@ from lightning_sdk.training.run.best_adapter import (
 )
 from lightning_sdk.training.run.session import TrainingSession
 from lightning_sdk.training.run.startup import seed_everything
+from lightning_sdk.training.step_rollouts import (
+    StepRollouts,
+    group_episodes,
+    groups_to_train,
+    rollout_metrics,
+)
 
 if TYPE_CHECKING:
     from lightning_sdk.engine.types import Engine
@@ -310,10 +314,10 @@ class _Loop:
         for problem in self.diagnostics.new_problems([group.episodes for group in rolled.groups]):
             log.warning("Step %d: %s", step, problem)
         trained = (
-            _groups_to_train(rolled.groups, len(tasks)) if config.dynamic_sampling_rounds else rolled.groups
+            groups_to_train(rolled.groups, len(tasks)) if config.dynamic_sampling_rounds else rolled.groups
         )
         stats = session.train(samples_from_groups(trained, config))
-        stats.update(_rollout_metrics(rolled))
+        stats.update(rollout_metrics(rolled))
         stats.update(signal_counts(rolled.groups, config.success_threshold))
         low_signal = self.signal.warning(step, stats)
         if low_signal is not None:
@@ -325,12 +329,12 @@ class _Loop:
         stats.update(session.keep_episodes(step, rolled.rollouts))
         return session.log(step, stats)
 
-    def rollout_groups(self, tasks: list[Any]) -> _StepRollouts:
+    def rollout_groups(self, tasks: list[Any]) -> StepRollouts:
         """The step's rollouts and their groups (one per task), each prepared once as it arrives. With
         `dynamic_sampling_rounds`, further rounds of fresh tasks run while fewer than `len(tasks)` groups
         carry a learning signal."""
         session, config = self.session, self.config
-        rolled = _StepRollouts()
+        rolled = StepRollouts()
         for round_index in range(config.dynamic_sampling_rounds + 1):
             if round_index and rolled.groups_with_signal >= len(tasks):
                 break
@@ -340,7 +344,7 @@ class _Loop:
             # Later rounds' groups follow the first round's, so task_index stays unique within the step.
             offset = len(rolled.groups)
             rolled.rollouts += [dataclasses.replace(r, task_index=r.task_index + offset) for r in new]
-            groups = _group_episodes(new, len(batch))
+            groups = group_episodes(new, len(batch))
             if self.group_reward is not None:
                 for task, episodes in zip(batch, groups, strict=True):
                     apply_group_reward(self.group_reward, task, episodes)
@@ -413,42 +417,6 @@ class _Loop:
                 self.result.adapter_path,
                 self.result.last_adapter_path,
             )
-
-
-@dataclass
-class _StepRollouts:
-    """What one step's rollout rounds produced."""
-
-    rollouts: list[Rollout] = field(default_factory=list)
-    groups: list[PreparedGroup] = field(default_factory=list)
-    """One per task, in the order of `Rollout.task_index`."""
-    rounds: int = 0
-
-    @property
-    def groups_with_signal(self) -> int:
-        return sum(group.has_signal for group in self.groups)
-
-
-def _group_episodes(rollouts: list[Rollout], num_tasks: int) -> list[list[Episode]]:
-    groups: list[list[Episode]] = [[] for _ in range(num_tasks)]
-    for rollout in rollouts:
-        groups[rollout.task_index].append(rollout.episode)
-    return groups
-
-
-def _groups_to_train(groups: list[PreparedGroup], wanted: int) -> list[PreparedGroup]:
-    """Dynamic sampling's batch: the first `wanted` groups that carry a learning signal."""
-    return [group for group in groups if group.has_signal][:wanted]
-
-
-def _rollout_metrics(rolled: _StepRollouts) -> dict[str, float]:
-    # The training reward describes every rollout of the step, not only the groups kept for training.
-    return {
-        **reward_stats([group.kept for group in rolled.groups]),
-        "groups_rolled_out": len(rolled.groups),
-        "groups_with_signal": rolled.groups_with_signal,
-        "rollout_rounds": rolled.rounds,
-    }
 
 
 def _out_of_time(started: float, budget_s: float | None) -> bool:

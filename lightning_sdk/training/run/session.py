@@ -22,12 +22,15 @@ from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.records.run_dir import write_rank_info
 from lightning_sdk.training.records.run_episodes import RunEpisodes
+from lightning_sdk.training.run.checkpoints import restore_session, save_session_checkpoint
 from lightning_sdk.training.run.environment import environment
 from lightning_sdk.training.run.event_loop import RunLoop
 from lightning_sdk.training.run.run_warnings import RunWarnings
 from lightning_sdk.training.run.startup import (
+    build_policy,
     check_engine_serves_roles,
     check_roles_fit_the_job,
+    open_metrics,
     runner_protocol_for,
     say_learning_rate,
     say_step_memory,
@@ -110,8 +113,6 @@ class TrainingSession:
     ) -> TrainingSession:
         """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
         from lightning_sdk.engine.placement import plan_placement
-        from lightning_sdk.training.records.metrics import MetricsWriter
-        from lightning_sdk.training.update.lora import build_lora_model, load_base_model
         from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
         if config.init_adapter is not None:  # before anything starts: a cut file fails here, not minutes in
@@ -146,28 +147,15 @@ class TrainingSession:
             loop = RunLoop()
             opened.callback(loop.close)
             say_step_memory(config, engine.model.path, placement)
-            dtype = placement.training_dtype(config.dtype)
-            base = load_base_model(
-                engine.model.path, dtype, device=placement.device, attention=config.attention
-            )
-            lora_model = build_lora_model(base, config, adapters)
-            if config.init_adapter is not None:
-                from lightning_sdk.training.update.lora import add_reference_adapters, load_adapter_weights
-
-                load_adapter_weights(lora_model, config.init_adapter)  # the same start on every rank
-                if config.kl_coef > 0:  # the KL term holds the policy near the warm start, not the base model
-                    add_reference_adapters(lora_model, config.init_adapter)
-            policy = distributed.wrap(lora_model)
+            policy, policy_device = build_policy(engine.model.path, config, adapters, placement, distributed)
             engine_device = str(getattr(engine, "device", "cpu"))
             write_rank_info(
-                run_dir, placement.describe(), policy_device=str(base.device), engine_device=engine_device
+                run_dir, placement.describe(), policy_device=policy_device, engine_device=engine_device
             )
             optimizer = build_optimizer(policy, config, adapters, learning_rate=say_learning_rate(config))
             metrics, episodes = None, None
             if distributed.is_main:
-                metrics = MetricsWriter(
-                    run_dir, config.report_to, config.to_dict(), wandb_project=config.wandb_project
-                )
+                metrics = open_metrics(run_dir, config)
                 opened.callback(metrics.close)
                 episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
                 opened.callback(episodes.close)
@@ -303,35 +291,26 @@ class TrainingSession:
     @contextmanager
     def rollout_phase(self) -> Iterator[None]:
         """Engine awake, sampling at the training temperature, default openai clients pointed at it."""
-        config = self.config
-        self.sampling.set(
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=config.max_tokens,
-            no_penalties=True,
-        )
-        with self._awake(), environment(self.endpoint.env):
+        with self._phase(self.config.temperature, self.config.top_p):
             yield
 
     @contextmanager
     def eval_phase(self) -> Iterator[None]:
         """Engine awake, greedy decoding when `eval_greedy` (else the training temperature)."""
-        config = self.config
-        temperature = 0.0 if config.eval_greedy else config.temperature
-        self.sampling.set(
-            temperature=temperature,
-            top_p=1.0 if config.eval_greedy else config.top_p,
-            max_tokens=config.max_tokens,
-            no_penalties=True,
-        )
-        with self._awake(), environment(self.endpoint.env):
+        greedy = self.config.eval_greedy
+        with self._phase(0.0 if greedy else self.config.temperature, 1.0 if greedy else self.config.top_p):
             yield
 
     @contextmanager
-    def _awake(self) -> Iterator[None]:
+    def _phase(self, temperature: float, top_p: float) -> Iterator[None]:
+        """The engine awake and sampling so, default openai clients pointed at it; asleep again after."""
+        self.sampling.set(
+            temperature=temperature, top_p=top_p, max_tokens=self.config.max_tokens, no_penalties=True
+        )
         self.engine.wake()
         try:
-            yield
+            with environment(self.endpoint.env):
+                yield
         finally:
             self.engine.sleep()
 
@@ -421,51 +400,19 @@ class TrainingSession:
 
     # --- checkpoints and logs -------------------------------------------------------------------------
     def save_checkpoint(self, step: int, cursor: TaskCursor) -> None:
-        from lightning_sdk.training.update.folders.checkpoint import save_checkpoint
-
-        if self.distributed.is_main:
-            save_checkpoint(
-                self.run_dir,
-                step,
-                self.distributed.unwrap(self.policy_model),
-                self.optimizer,
-                self.scheduler,
-                {"data": cursor.state()},
-                keep=self.config.keep_checkpoints,
-            )
-        self.distributed.barrier()
+        """A checkpoint of the run at `step` (rank 0 writes; every rank waits for it)."""
+        save_session_checkpoint(self, step, cursor)
 
     def restore(self, cursor: TaskCursor) -> int:
         """Load the newest checkpoint of the run (if any) and return its step; 0 when there is none."""
-        from lightning_sdk.training.update.folders.checkpoint import find_latest_checkpoint, load_checkpoint
+        return restore_session(self, cursor)
 
-        checkpoint = find_latest_checkpoint(self.run_dir)
-        if checkpoint is None:
-            log.warning("resume=True but %s has no checkpoint yet; starting from step 0", self.run_dir)
-            return 0
-        state = load_checkpoint(
-            checkpoint, self.distributed.unwrap(self.policy_model), self.optimizer, self.scheduler
-        )
-        cursor.restore(state["data"])
-        step = int(state["step"])
-        self.changed_roles = None  # every role's adapter is pushed below
-        if self.episodes is not None:  # what the killed run stored for the steps it redoes
-            self.episodes.discard_steps_after(step)
-        if self.metrics is not None:  # drop records written after the checkpoint by the killed run
-            from lightning_sdk.training.records.metrics import MetricsWriter
-
+    def reopen_metrics(self, resume_step: int) -> None:
+        """Reopen the metrics writer at `resume_step`, dropping what a killed run wrote after it."""
+        if self.metrics is not None:
             self.metrics.close()
-            self.metrics = MetricsWriter(
-                self.run_dir,
-                self.config.report_to,
-                self.config.to_dict(),
-                resume_step=step,
-                wandb_project=self.config.wandb_project,
-            )
+            self.metrics = open_metrics(self.run_dir, self.config, resume_step)
             self._opened.callback(self.metrics.close)
-        self.push_weights(step)
-        log.info("resumed from %s (step %d)", checkpoint, step)
-        return step
 
     def log(self, step: int, record: dict[str, Any]) -> dict[str, Any]:
         """Write a metrics record (rank 0) and return it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,12 +25,16 @@ if TYPE_CHECKING:
     from lightning_sdk.rollouts.queue import RolloutQueue
     from lightning_sdk.serving.routes.installer import RouteInstaller
     from lightning_sdk.serving.server import ServerHandle
+    from lightning_sdk.training.records.metrics import MetricsWriter
+    from lightning_sdk.training.update.distributed import PolicyModel
     from lightning_sdk.training.update.memory import StepMemory
 
 __all__ = [
+    "build_policy",
     "check_engine_serves_roles",
     "check_lora_rank_fits_vllm",
     "check_roles_fit_the_job",
+    "open_metrics",
     "runner_protocol_for",
     "say_learning_rate",
     "say_step_memory",
@@ -323,6 +328,42 @@ def runner_protocol_for(
 
     queue, install = runner_protocol(runners, config.episode_timeout_s, config.routes, config.role_adapters())
     return queue, [install], runners.host, runners.port
+
+
+def build_policy(
+    model_path: Path,
+    config: TrainerConfig,
+    adapters: Sequence[str] | None,
+    placement: Placement,
+    distributed: Distributed,
+) -> tuple[PolicyModel, str]:
+    """The LoRA policy on this rank (one adapter per role in `adapters`), started from
+    `config.init_adapter` when set, wrapped for the process group; and the device it is on."""
+    from lightning_sdk.training.update.lora import build_lora_model, load_base_model
+
+    dtype = placement.training_dtype(config.dtype)
+    base = load_base_model(model_path, dtype, device=placement.device, attention=config.attention)
+    lora_model = build_lora_model(base, config, adapters)
+    if config.init_adapter is not None:
+        from lightning_sdk.training.update.lora import add_reference_adapters, load_adapter_weights
+
+        load_adapter_weights(lora_model, config.init_adapter)  # the same start on every rank
+        if config.kl_coef > 0:  # the KL term holds the policy near the warm start, not the base model
+            add_reference_adapters(lora_model, config.init_adapter)
+    return distributed.wrap(lora_model), str(base.device)
+
+
+def open_metrics(run_dir: Path, config: TrainerConfig, resume_step: int | None = None) -> MetricsWriter:
+    """The run's metrics writer (rank 0); `resume_step` drops records a killed run wrote after that step."""
+    from lightning_sdk.training.records.metrics import MetricsWriter
+
+    return MetricsWriter(
+        run_dir,
+        config.report_to,
+        config.to_dict(),
+        resume_step=resume_step,
+        wandb_project=config.wandb_project,
+    )
 
 
 def seed_everything(seed: int) -> None:
