@@ -1,6 +1,8 @@
-"""The runner protocol, on the trainer's OpenAI-compatible server and behind the same bearer key.
+"""The runner protocol, on the trainer's OpenAI-compatible server and behind its key.
 
-Two routers, one per resource; the key is one dependency, attached where each is mounted. The bodies are the
+Two routers, one per resource; the key is one dependency, attached where each is mounted: `/v1/rollouts`
+takes the run's own key only (`authorize(request, owner=True)`), the gateway also the model key a runner
+hands its agent (`lightning_sdk.serving.keys`). The bodies are the
 models of `lightning_sdk.rollouts.schemas`, which the runner uses too.
 
 Rollouts (`/v1/rollouts`):
@@ -24,7 +26,8 @@ client takes the gateway base URL without its `/v1`: it appends `/v1/messages`.)
 
 Refusals are OpenAI-style error objects (Anthropic's on the gateway's Messages paths): 400 for a body that
 does not validate (`param` names the field, such as `episode.rewards.r`) or is not JSON (nested past
-`MAX_JSON_DEPTH` included), 401 for a wrong key, 404 for a rollout that is not open, 409 for a lease that no
+`MAX_JSON_DEPTH` included), 401 for a wrong key, 403 (`model_key_only`) for the model key on
+`/v1/rollouts`, 404 for a rollout that is not open, 409 for a lease that no
 longer holds the rollout, 410 (`training_over`) once the trainer closed the queue, 413 for a body over its
 size limit. Nothing of a refused request is stored. An episode or reward refused under the lease that holds
 its rollout also ends that lease: the rollout goes to the next runner (`RolloutQueue.refuse`).
@@ -97,9 +100,9 @@ def install_rollout_routes(
     routes: Mapping[str, str] | None = None,
     roles: Roles | None = None,
 ) -> None:
-    """Mount the runner protocol's routers on `app` (built by `create_app`) behind its key:
-    `authorize(request)` raises for a wrong or missing one. `routes` (the run's routing map) goes to
-    runners with every lease."""
+    """Mount the runner protocol's routers on `app` (built by `create_app`) behind its key: `authorize`
+    raises for a wrong or missing one, and with `owner=True` (the `/v1/rollouts` routes) for the model key
+    too. `routes` (the run's routing map) goes to runners with every lease."""
 
     async def run_key(request: Request) -> None:
         authorize(request, owner=True)
@@ -122,7 +125,8 @@ def rollouts_router(
     routes: Mapping[str, str] | None = None,
     roles: Roles | None = None,
 ) -> APIRouter:
-    """`/v1/rollouts`: leases, renewals, uploads, rewards and the queue's state (mount it behind the key)."""
+    """`/v1/rollouts`: leases, renewals, uploads, rewards and the queue's state. Mount it behind the run's
+    own key (`authorize(request, owner=True)`): behind the plain check the agents' model key would open it."""
     router = APIRouter(prefix="/v1/rollouts")
     running = [Depends(_training_not_over(queue))]
 
