@@ -220,7 +220,7 @@ def training_details(example: str, run_dir: Path) -> dict[str, Any]:
     from lightning_sdk.tracing.store import EpisodeStore
 
     path = run_dir / "episodes.sqlite"
-    if example not in ("sql_langchain", "sql_checked") or not path.exists():
+    if example not in ("sql_langchain", "sql_checked", "calc_two_step") or not path.exists():
         return {}
     with EpisodeStore(path) as store:
         episodes = store.episodes()
@@ -229,8 +229,23 @@ def training_details(example: str, run_dir: Path) -> dict[str, Any]:
     details: dict[str, Any] = {}
     for when, chosen in (("first", steps[:quarter]), ("last", steps[-quarter:])):
         picked = [episode for episode in episodes if episode.metadata.get("step") in chosen]
-        details[f"steps {chosen[0]}-{chosen[-1]}"] = solved_per_kind(picked)
+        if example == "calc_two_step":
+            details[f"steps {chosen[0]}-{chosen[-1]}"] = first_calls_and_answers(picked)
+        else:
+            details[f"steps {chosen[0]}-{chosen[-1]}"] = solved_per_kind(picked)
     return details
+
+
+def first_calls_and_answers(episodes: list[Any]) -> dict[str, int]:
+    """Two-step calculator: how many episodes' first call computed the first part (the decision that
+    spoils the episode when wrong) and how many were solved."""
+    import two_step_calc  # benchmarks/, beside this script
+
+    return {
+        "first_call_right": sum(two_step_calc.first_call_right(episode) for episode in episodes),
+        "solved": sum(solved(episode) for episode in episodes),
+        "episodes": len(episodes),
+    }
 
 
 def solved_per_kind(episodes: list[Any]) -> dict[str, list[int]]:
@@ -270,6 +285,8 @@ def breakdown(example: str, episodes: list[Any]) -> dict[str, Any]:
             "exact_answers": sum(solved(episode) for episode in episodes),
             "episodes": len(episodes),
         }
+    if example == "calc_two_step":
+        return first_calls_and_answers(episodes)
     return {"solved": sum(solved(episode) for episode in episodes), "episodes": len(episodes)}
 
 
@@ -355,6 +372,9 @@ def write_table(command: str) -> None:
         [(label, results) for (label, example), results in ordered if example == "sql_langchain"]
     )
     lines += paired_section(grouped)
+    lines += first_call_section(
+        [(label, results) for (label, example), results in ordered if example == "calc_two_step"]
+    )
     lines += ["", "Per seed (validation curve: step:reward):", ""]
     for (label, example), results in ordered:
         overrides = results[0]["overrides"]
@@ -430,6 +450,38 @@ def paired_row(example: str, firsts: list[dict[str, Any]], seconds: list[dict[st
         f"{mean([r.get('step_group_share', math.nan) for _, r in pairs]):.0%} | "
         f"{mean([r.get('calls_per_episode', math.nan) for _, r in pairs]):.1f} |"
     )
+
+
+def first_call_section(configurations: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """The two-step calculator's deciding call: in how many held-out episodes (before and after) and
+    training rollouts (first and last quarter of the steps) the first call computed the first part."""
+    rows = []
+    for label, results in configurations:
+        for result in results:
+            held_out = result.get("held_out") or {}
+            quarters = list((result.get("training_rollouts") or {}).items())
+            if not quarters or "first_call_right" not in (held_out.get("trained") or {}):
+                continue  # a result written before these counts (`--table --refresh-details` adds them)
+            before, after = _right(held_out["base"]), _right(held_out["trained"])
+            trend = " -> ".join(f"{when}: {_right(counts)}" for when, counts in quarters)
+            rows.append(f"| {label} | {result['seed']} | {before} | {after} | {trend} |")
+    if not rows:
+        return []
+    return [
+        "",
+        "Two-step calculator, the call that decides: episodes whose first call computed the first part",
+        "(right / episodes), held-out before and after, and training rollouts in the first and last quarter",
+        "of the steps.",
+        "",
+        "| label | seed | held-out before | held-out after | training rollouts |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
+
+
+def _right(counts: dict[str, int]) -> str:
+    right, total = counts["first_call_right"], counts["episodes"]
+    return f"{right}/{total} ({right / total:.0%})" if total else "-"
 
 
 def area_of(result: dict[str, Any]) -> float:

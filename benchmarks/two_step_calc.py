@@ -25,7 +25,7 @@ import lightning_sdk as ls
 from lightning_sdk.examples.calc_autogen.agent import answer_reward
 from lightning_sdk.examples.calc_autogen.calculator import calculator
 
-__all__ = ["DEFAULTS", "TWO_STEP_KINDS", "solve_two_step", "train"]
+__all__ = ["DEFAULTS", "TWO_STEP_KINDS", "first_call_right", "first_part", "solve_two_step", "train"]
 
 TWO_STEP_KINDS = (4, 5)
 """The two-step templates of `examples/calc_autogen/data.py` (`a + b - c` and `a + b * c`)."""
@@ -114,6 +114,31 @@ def solve_two_step(task: dict[str, Any], llm: ls.LLMEndpoint | None = None) -> s
         final = result
     answer_reward(task, final)
     return final
+
+
+def first_part(task: dict[str, Any]) -> float:
+    """The value the first call should compute: `b * c` of `a + b * c`, `a + b` of `a + b - c`."""
+    numbers = [float(token) for token in task["expression"].split() if token not in "+-*/"]
+    a, b, c = numbers
+    return b * c if "*" in task["expression"] else a + b
+
+
+def first_call_right(episode: ls.Episode) -> bool:
+    """Whether the episode's first call asked the calculator for the first part: the decision the
+    second call cannot repair (the reward sees only the final answer)."""
+    from lightning_sdk.examples.calc_autogen.calculator import CalculatorError, calculate
+
+    calls = episode.all_calls()
+    if not calls:
+        return False
+    tool_calls = (calls[0].response_message or {}).get("tool_calls") or []
+    if not tool_calls:
+        return False
+    try:
+        expression = str(json.loads(tool_calls[0]["function"]["arguments"]).get("expression", ""))
+        return abs(calculate(expression) - first_part(episode.task)) < 1e-9
+    except (CalculatorError, json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+        return False
 
 
 def train(
