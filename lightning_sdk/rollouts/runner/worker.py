@@ -48,7 +48,8 @@ def run_runner(
     Args:
         agent: The agent function (usually `@trace_agent`-decorated), called as `agent(task)`.
         trainer_url: The trainer's server, e.g. `http://10.0.0.5:8123`.
-        api_key: The run's key.
+        api_key: The run's key (`RUN_DIR/runner.key`). The agent is handed the model key derived from it,
+            which opens model calls only (`lightning_sdk.serving.keys`).
         concurrency: Episodes this runner runs at the same time.
         name: How the trainer's records name this runner (default: host name and process id).
         episode_timeout_s: Seconds one episode may run before it is recorded as timed out.
