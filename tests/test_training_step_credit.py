@@ -104,6 +104,53 @@ def test_without_step_rewards_the_episode_part_is_todays_equal_advantage() -> No
     assert result.step_part[0][0] == pytest.approx((1 - 1 / 3) / (0.5 + 1e-4))  # root: 1 - mean(0, 0, 1)
 
 
+def test_state_value_credits_a_call_by_the_state_it_led_to() -> None:
+    # Four samples: two reach state A (P1) and split there, one reaches B (P2), one C (P3 as a plain key).
+    a, b, c = P1, P2, [1, 2, 9, 3]
+    group = [
+        episode(1.0, [call(1, P0), call(2, a)]),
+        episode(0.0, [call(1, P0), call(2, a)]),
+        episode(0.0, [call(1, P0), call(2, b)]),
+        episode(1.0, [call(1, P0), call(2, c)]),
+    ]
+    calls = [list(e.calls) for e in group]
+    result = step_credit(group, calls, scale=False, estimate="state_value")
+    assert result.advantages is not None
+    # First calls are valued by the state they led to: V(A) = (1 + 0) / 2, V(B) = 0, V(C) = 1, each against
+    # the mean of the other three. The two that reached A did as well as the rest: 0, whatever came after.
+    first = [row[0] for row in result.advantages]
+    assert first == pytest.approx([0.0, 0.0, 0 - (0.5 + 0.5 + 1) / 3, 1 - (0.5 + 0.5 + 0) / 3])
+    # In A the two second calls are compared with each other (no episode part); B and C are alone in their
+    # states and keep the episode advantage (totals 1, 0, 0, 1: mean 0.5).
+    assert [row[1] for row in result.advantages] == pytest.approx([1.0, -1.0, -0.5, 0.5])
+    assert result.episode_part is not None and [row[1] for row in result.episode_part] == [
+        0.0,
+        0.0,
+        -0.5,
+        0.5,
+    ]
+    with pytest.raises(ValueError, match="step_estimate='value'"):
+        step_credit(group, calls, estimate="value")
+    # The trainer's path: TrainerConfig(step_estimate=...) reaches the rule.
+    config = TrainerConfig(credit="step", step_estimate="state_value", scale_advantages=False)
+    assert flat(prepare_group(group, config, endpoint_base_url=ENDPOINT).advantages) == pytest.approx(
+        flat(result.advantages)
+    )
+
+
+def test_state_value_adds_a_calls_own_step_reward_to_the_value_of_its_next_state() -> None:
+    group = [
+        episode(1.0, [call(1, P0, reward=0.5), call(2, P1)]),
+        episode(0.0, [call(1, P0), call(2, P1)]),
+    ]
+    calls = [list(e.calls) for e in group]
+    result = step_credit(group, calls, gamma=0.5, scale=False, estimate="state_value")
+    # Returns to go of the second calls: 1 and 0, so V(P1) = 0.5. First calls: 0.5 + 0.5 * 0.5 and 0 + 0.25.
+    assert result.advantages is not None
+    assert [row[0] for row in result.advantages] == pytest.approx([0.5, -0.5])
+    assert [row[1] for row in result.advantages] == pytest.approx([1.0, -1.0])
+
+
 def test_leave_one_out_episode_baseline() -> None:
     group = [episode(1.0, [call(1, P0)]), episode(0.0, [call(1, P0)]), episode(0.0, [call(1, P0)])]
     calls = [list(e.calls) for e in group]
@@ -247,6 +294,10 @@ def test_bad_state_keys_and_calls_without_ids_are_refused_clearly() -> None:
         TrainerConfig(state_key=last_tool_result)
     with pytest.raises(ValueError, match="step_advantage_weight=-1 is too small"):
         TrainerConfig(credit="step", step_advantage_weight=-1)
+    with pytest.raises(ValueError, match=r"step_estimate='state_value' is set but credit='equal'"):
+        TrainerConfig(step_estimate="state_value")
+    with pytest.raises(ValueError, match=r"step_estimate='value' is not one of \['return', 'state_value'\]"):
+        TrainerConfig(credit="step", step_estimate="value")  # type: ignore[arg-type]
 
 
 def test_the_key_survives_a_runner_upload() -> None:

@@ -34,6 +34,7 @@ DEFAULT_LORA_TARGET_MODULES: tuple[str, ...] = (
 
 CreditRule = Literal["equal", "last", "discounted", "step"]
 EpisodeBaseline = Literal["group_mean", "leave_one_out"]
+StepEstimate = Literal["return", "state_value"]
 
 
 @dataclass
@@ -224,6 +225,13 @@ class TrainerConfig:
     smallest weight at which the closed-form test gets each decision's direction better than `"equal"`
     (by sign and by correlation); larger weights get it better still but make every advantage larger
     (docs/trainer.md)."""
+    step_estimate: StepEstimate = "return"
+    """`credit="step"`: what a call is compared by within its state. `"return"` (GiGPO's): the return its
+    own episode went on to earn, added as `w` times the step advantage to the episode advantage.
+    `"state_value"`: where its state is shared, the mean return of the samples that reached the state it
+    led to, in place of the episode advantage, so a right call that a later call spoiled is not blamed
+    for it; alone in its state, the episode advantage (`lightning_sdk.training.algorithm.step_credit`,
+    docs/trainer.md)."""
     episode_baseline: EpisodeBaseline = "group_mean"
     """The episode advantage's baseline: the group mean (GRPO) or, for each episode, the mean of the others
     (RLOO), so that a sample is never its own baseline. See `lightning_sdk.training.algorithm.advantages`."""

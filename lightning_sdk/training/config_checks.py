@@ -174,6 +174,12 @@ def _check_step_credit(config: Any) -> str | None:
             f"state_key is set but credit={getattr(config.credit, '__qualname__', config.credit)!r}; only "
             'credit="step" compares calls by state. Set credit="step", or leave state_key unset.'
         )
+    if config.step_estimate != "return" and config.credit != "step":
+        return (
+            f"step_estimate={config.step_estimate!r} is set but credit="
+            f'{getattr(config.credit, "__qualname__", config.credit)!r}; it chooses how credit="step" '
+            'compares calls. Set credit="step", or leave step_estimate at "return".'
+        )
     return None
 
 
@@ -361,6 +367,7 @@ _CHECKS: list[Check] = [
     _check_sampling,
     _choice("on_error"),
     _check_credit,
+    _choice("step_estimate"),
     _check_step_credit,
     _at_least("step_advantage_weight", 0, "a negative weight pushes each call against its own step's result"),
     _choice("episode_baseline"),

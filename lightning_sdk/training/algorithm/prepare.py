@@ -174,6 +174,7 @@ def prepare_group(
             scale=config.scale_advantages,
             eps=config.advantage_eps,
             baseline=config.episode_baseline,
+            estimate=config.step_estimate,
         )
         prepared = PreparedGroup(
             list(group), kept, counts, untrained, calls, step.rewards, step.advantages, step.skipped, step

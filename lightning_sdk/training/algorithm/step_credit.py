@@ -22,6 +22,16 @@ attached to that call; 0 when absent) and a return `R_i` (`Episode.reward`). Wit
   (leave-one-out), and `S_ik = 0` for a call alone in its step group;
 - **advantage** `A_ik = E_i + w * S_ik` with `w = step_advantage_weight`, then the usual clipped loss.
 
+**`step_estimate="state_value"`.** The rule above compares what each call's own episode went on to
+earn, so a right first call whose episode a later call spoiled is pushed down, by its episode part and its
+step part alike. With `step_estimate="state_value"` a call in a shared state (a step group of 2 or more,
+the root included) is instead valued by the state it led to: `V_g` is the mean return to go `G` of the
+calls in step group `g` (what the samples that reached that state went on to earn), and the call's
+estimate is `H_ik = r_ik + gamma * V_g(i,k+1)` (`H_in = G_in` for an episode's last call). Its advantage
+is `A_ik = w * (H_ik - mean of H over the other members of its step group) / d`, with no episode part;
+a call alone in its step group keeps `A_ik = E_i`. Luck after a call then reaches it only through the
+mean of the samples that shared its next state.
+
 Step rewards are compared where they belong: a call's step reward enters `S` only against the calls that
 faced the same state, and `E` only through its episode's total; it is never compared against the whole
 group's calls (what `"equal"` does with `R_i + r_ik`).
@@ -53,20 +63,29 @@ import math
 from array import array
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import get_args
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.training.algorithm.advantages import group_advantages, weighted_group_stats
 from lightning_sdk.training.algorithm.credit import assign_credit, call_agent_name, calls_with_owner
+from lightning_sdk.training.config import StepEstimate
 
 __all__ = [
+    "STEP_ESTIMATES",
     "StateKey",
     "StepCredit",
     "episode_total",
     "prompt_state",
+    "state_values",
     "step_advantages",
     "step_credit",
     "step_groups",
 ]
+
+STEP_ESTIMATES: tuple[str, ...] = get_args(StepEstimate)
+"""How `credit="step"` values a call against its state's other samples: by the return its own episode went
+on to earn (`"return"`, GiGPO's), or by the mean return of the samples that reached the state it led to
+(`"state_value"`); the module docstring states both."""
 
 StateKey = Callable[[LLMCall], Hashable]
 """`fn(call) -> hashable`: calls of a task's group with equal keys (and the same role and agent) faced the
@@ -168,6 +187,32 @@ def step_advantages(
     return advantages
 
 
+def state_values(
+    returns: Sequence[Sequence[float]],
+    step_rewards: Sequence[Sequence[float]],
+    groups: Sequence[Sequence[int]],
+    gamma: float = 1.0,
+) -> list[list[float]]:
+    """`H_ik = r_ik + gamma * V_g(i,k+1)`: each call's step reward plus the discounted value of the state
+    its episode's next call faced (`V_g`: the mean return to go `G` over the calls of step group `g`);
+    an episode's last call keeps its return to go. All arguments are per episode, per call."""
+    members: dict[int, list[float]] = {}
+    for row_returns, row_groups in zip(returns, groups, strict=True):
+        for value, group in zip(row_returns, row_groups, strict=True):
+            members.setdefault(group, []).append(value)
+    value_of = {group: math.fsum(values) / len(values) for group, values in members.items()}
+    estimates = []
+    for row_returns, row_rewards, row_groups in zip(returns, step_rewards, groups, strict=True):
+        last = len(row_returns) - 1
+        estimates.append(
+            [
+                row_returns[k] if k == last else row_rewards[k] + gamma * value_of[row_groups[k + 1]]
+                for k in range(len(row_returns))
+            ]
+        )
+    return estimates
+
+
 @dataclass
 class StepCredit:
     """One group's step credit; every per-call list is per kept episode, per trained call."""
@@ -198,6 +243,7 @@ def step_credit(
     scale: bool = True,
     eps: float = 1e-4,
     baseline: str = "group_mean",
+    estimate: str = "return",
 ) -> StepCredit:
     """The step rule on one task's group (the module docstring states it).
 
@@ -208,7 +254,11 @@ def step_credit(
         state_key: `fn(call) -> hashable`, or None for the exact prompt token ids.
         scale, eps: divide by the totals' standard deviation plus `eps` (`scale_advantages`).
         baseline: `"group_mean"` or `"leave_one_out"`, the episode advantage's baseline.
+        estimate: `"return"` (`A = E + w * S`) or `"state_value"` (`w` times the step advantage of the
+            state each call led to where its state is shared, `E` where it is not).
     """
+    if estimate not in STEP_ESTIMATES:
+        raise ValueError(f"step_estimate={estimate!r}; use one of {STEP_ESTIMATES}.")
     rewards = [
         assign_credit(episode, row, "discounted", gamma) for episode, row in zip(episodes, calls, strict=True)
     ]
@@ -219,13 +269,23 @@ def step_credit(
     indices = step_groups(episodes, calls, state_key)
     denominator = weighted_group_stats(totals)[1] + eps if scale else 1.0
     returns = [[float(value or 0.0) for value in row] for row in rewards]  # "discounted" never gives None
-    step_part = step_advantages(returns, indices, denominator)
     sizes: dict[int, int] = {}
     for row in indices:
         for group in row:
             sizes[group] = sizes.get(group, 0) + 1
     root = _root_group(indices)
     episode_values = [[0.0 if value is None else value for value in row] for row in episode_part]
+    if estimate == "state_value":
+        step_rewards = [[float(call.reward or 0.0) for call in row] for row in calls]
+        step_part = step_advantages(state_values(returns, step_rewards, indices, gamma), indices, denominator)
+        # Where a call's state is shared, its state's comparison replaces the episode's; alone, it keeps it.
+        alone = [[sizes[group] < 2 for group in row] for row in indices]
+        episode_values = [
+            [e if a else 0.0 for e, a in zip(e_row, a_row, strict=True)]
+            for e_row, a_row in zip(episode_values, alone, strict=True)
+        ]
+    else:
+        step_part = step_advantages(returns, indices, denominator)
     advantages: list[list[float | None]] = [
         [e + weight * s for e, s in zip(e_row, s_row, strict=True)]
         for e_row, s_row in zip(episode_values, step_part, strict=True)
