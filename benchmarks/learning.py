@@ -12,6 +12,8 @@ and worst seed. Written to benchmarks/results/learning.md (table) and benchmarks
     python benchmarks/learning.py --only sql_checked rag_openai_agents calc_two_step --label credit-equal
     python benchmarks/learning.py --only sql_checked rag_openai_agents calc_two_step --label credit-step \
         --set credit=step
+    python benchmarks/learning.py --only calc_two_step --label credit-state-value \
+        --set credit=step --set step_estimate=state_value
 
 Each seed trains in its own process (so one seed's memory or crash does not touch the next, and its
 peak RSS is its own), seeding both the example's data and the trainer. A sweep resumes where it
@@ -57,7 +59,7 @@ EXAMPLES: dict[str, str] = {
     "(`benchmarks/two_step_calc.py`)",
 }
 
-PAIRED = (("credit-equal", "credit-step"),)
+PAIRED = (("credit-equal", "credit-step"), ("credit-equal", "credit-state-value"))
 """Configurations compared seed by seed on the area under the validation curve (the step-credit rule of
 docs/trainer.md: the second becomes the default only if its area is higher in every paired seed on at
 least one example and no example loses more than one standard deviation)."""
