@@ -131,11 +131,31 @@ def test_state_value_credits_a_call_by_the_state_it_led_to() -> None:
     ]
     with pytest.raises(ValueError, match="step_estimate='value'"):
         step_credit(group, calls, estimate="value")
-    # The trainer's path: TrainerConfig(step_estimate=...) reaches the rule.
+    # The trainer's path: TrainerConfig(step_estimate=...) reaches the rule, and each episode keeps its
+    # episode advantage in its metadata though the calls in shared states were not given it.
     config = TrainerConfig(credit="step", step_estimate="state_value", scale_advantages=False)
     assert flat(prepare_group(group, config, endpoint_base_url=ENDPOINT).advantages) == pytest.approx(
         flat(result.advantages)
     )
+    assert [e.metadata["advantage"] for e in group] == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    assert group[0].calls[0].metadata["step_estimate"] == "state_value"
+
+
+def test_state_value_keeps_the_episode_advantage_of_a_state_only_its_own_episode_reached() -> None:
+    # Sample 1 met the same error twice (one state, two of its own calls) and failed; the others solved.
+    key = {7: "ok", 8: "error"}
+    group = [
+        episode(1.0, [call(1, P1)]),
+        episode(0.0, [call(1, P2), call(2, P2)]),
+        episode(1.0, [call(1, P1)]),
+    ]
+    calls = [list(e.calls) for e in group]
+    result = step_credit(
+        group, calls, scale=False, estimate="state_value", state_key=lambda c: key[c.prompt_token_ids[2]]
+    )
+    # Its two calls are not compared only with each other (that would give both 0): they keep E = 0 - 2/3.
+    assert result.advantages is not None and result.advantages[1] == pytest.approx([-2 / 3, -2 / 3])
+    assert result.advantages[0] == pytest.approx([0.0]) and result.advantages[2] == pytest.approx([0.0])
 
 
 def test_state_value_adds_a_calls_own_step_reward_to_the_value_of_its_next_state() -> None:
@@ -195,6 +215,7 @@ def test_prepare_group_leaves_untrained_calls_out_and_records_each_calls_credit(
         "episode_advantage": pytest.approx(-0.5),
         "step_advantage": pytest.approx(-1.0),
         "step_group_size": 2,
+        "step_estimate": "return",
     }
     assert group[1].metadata["advantage"] == pytest.approx(-0.5)  # the episode part
     untrained = group[0].calls[1].metadata
@@ -229,6 +250,7 @@ def test_other_rules_record_their_credit_and_report_no_step_metrics() -> None:
         "episode_advantage": None,
         "step_advantage": None,
         "step_group_size": None,
+        "step_estimate": None,
     }
     assert [e.metadata["advantage"] for e in group] == pytest.approx([1.0, -0.5, -0.5])
     assert "step_group_share" not in samples_from_groups([prepared], config).metrics
@@ -296,6 +318,8 @@ def test_bad_state_keys_and_calls_without_ids_are_refused_clearly() -> None:
         TrainerConfig(credit="step", step_advantage_weight=-1)
     with pytest.raises(ValueError, match=r"step_estimate='state_value' is set but credit='equal'"):
         TrainerConfig(step_estimate="state_value")
+    with pytest.raises(ValueError, match=r"step_advantage_weight=0 with step_estimate=\"state_value\""):
+        TrainerConfig(credit="step", step_estimate="state_value", step_advantage_weight=0)
     with pytest.raises(ValueError, match=r"step_estimate='value' is not one of \['return', 'state_value'\]"):
         TrainerConfig(credit="step", step_estimate="value")  # type: ignore[arg-type]
 

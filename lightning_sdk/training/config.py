@@ -230,8 +230,8 @@ class TrainerConfig:
     own episode went on to earn, added as `w` times the step advantage to the episode advantage.
     `"state_value"`: where its state is shared, the mean return of the samples that reached the state it
     led to, in place of the episode advantage, so a right call that a later call spoiled is not blamed
-    for it; alone in its state, the episode advantage (`lightning_sdk.training.algorithm.step_credit`,
-    docs/trainer.md)."""
+    for it (times `step_advantage_weight`, which must then be above 0); alone in its state, the episode
+    advantage (`lightning_sdk.training.algorithm.step_credit`, docs/trainer.md)."""
     episode_baseline: EpisodeBaseline = "group_mean"
     """The episode advantage's baseline: the group mean (GRPO) or, for each episode, the mean of the others
     (RLOO), so that a sample is never its own baseline. See `lightning_sdk.training.algorithm.advantages`."""

@@ -180,6 +180,12 @@ def _check_step_credit(config: Any) -> str | None:
             f'{getattr(config.credit, "__qualname__", config.credit)!r}; it chooses how credit="step" '
             'compares calls. Set credit="step", or leave step_estimate at "return".'
         )
+    if config.step_estimate == "state_value" and config.step_advantage_weight == 0:
+        return (
+            'step_advantage_weight=0 with step_estimate="state_value" would train no call whose state '
+            "another sample shared (the weight scales such a call's whole advantage there); use a weight "
+            'above 0, or step_estimate="return", where 0 leaves the episode advantage.'
+        )
     return None
 
 

@@ -204,6 +204,7 @@ CALL_CREDIT_KEYS = (
     "episode_advantage",
     "step_advantage",
     "step_group_size",
+    "step_estimate",
 )
 """The keys of `LLMCall.metadata` that `record_call_credit` writes (the run explorer reads them)."""
 
@@ -218,8 +219,10 @@ def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str
     `select_trainable_calls` left it out (`left_out`, by call id), `episode_dropped` (the error policy
     dropped its episode), `credit_none` (the rule gave it no reward) or the group's skip reason
     (`no_spread`, `too_few_episodes`). Under `credit="step"` a call with an advantage also gets
-    `episode_advantage` (E), `step_advantage` (S, before the weight) and `step_group_size`. Each episode
-    gets `metadata["advantage"]`: under `"step"` its episode part, else the mean of its calls'.
+    `episode_advantage` and `step_advantage` (the parts of its advantage as they enter the loss, the step
+    part before the weight: `StepCredit.episode_part` and `step_part`), `step_group_size` and
+    `step_estimate`. Each episode gets `metadata["advantage"]`: under `"step"` its episode advantage E,
+    else the mean of its calls'.
     """
     name = rule if isinstance(rule, str) else getattr(rule, "__qualname__", repr(rule))
     left_out = left_out or {}
@@ -250,9 +253,10 @@ def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str
                 call.metadata["episode_advantage"] = step.episode_part[index][position]
                 call.metadata["step_advantage"] = step.step_part[index][position]
                 call.metadata["step_group_size"] = step.group_sizes[index][position]
+                call.metadata["step_estimate"] = step.estimate
         trained = [value for value in advantages if value is not None]
-        if step is not None and step.episode_part is not None and step.episode_part[index]:
-            episode.metadata["advantage"] = step.episode_part[index][0]
+        if step is not None and step.episode_advantages is not None and calls:
+            episode.metadata["advantage"] = step.episode_advantages[index]
         elif trained:
             episode.metadata["advantage"] = math.fsum(trained) / len(trained)
 
@@ -337,7 +341,8 @@ def step_credit_metrics(groups: Sequence[PreparedGroup], weight: float) -> dict[
     """Under `credit="step"`, over the trained calls of the groups with a signal: `step_group_share` (the
     share whose step group has 2 or more members, the root group of first calls aside; near 0, the rule
     adds nothing to the episode comparison), `advantage_episode_abs_mean` (mean |E|) and
-    `advantage_step_abs_mean` (mean |w * S|, the step part as it enters the loss). NaN without calls."""
+    `advantage_step_abs_mean` (mean |w * S|), each over the parts as they enter the loss (under
+    `step_estimate="state_value"` a call in a shared state has no episode part). NaN without calls."""
     shared: list[bool] = []
     episode: list[float] = []
     step: list[float] = []

@@ -29,7 +29,9 @@ the root included) is instead valued by the state it led to: `V_g` is the mean r
 calls in step group `g` (what the samples that reached that state went on to earn), and the call's
 estimate is `H_ik = r_ik + gamma * V_g(i,k+1)` (`H_in = G_in` for an episode's last call). Its advantage
 is `A_ik = w * (H_ik - mean of H over the other members of its step group) / d`, with no episode part;
-a call alone in its step group keeps `A_ik = E_i`. Luck after a call then reaches it only through the
+a call alone in its step group, or in one that only calls of its own episode reached (a retry of the
+same error), keeps `A_ik = E_i`. The weight scales every shared-state call's whole advantage here, so it
+must be above 0. Luck after a call then reaches it only through the
 mean of the samples that shared its next state.
 
 Step rewards are compared where they belong: a call's step reward enters `S` only against the calls that
@@ -223,14 +225,20 @@ class StepCredit:
     """`A_ik = E_i + w * S_ik`; None when the group is skipped."""
     skipped: str | None
     """`too_few_episodes` or `no_spread` (see the module docstring), or None."""
+    episode_advantages: list[float] | None = None
+    """`E_i`, the episode advantage of each kept episode (None when skipped)."""
     episode_part: list[list[float]] | None = None
-    """`E_i` on each call of episode `i` (None when skipped)."""
+    """The episode part of each call's advantage as it enters the loss: `E_i` (under `"state_value"`, 0
+    for a call whose state another sample shared). None when skipped."""
     step_part: list[list[float]] | None = None
-    """`S_ik`, before the weight (None when skipped)."""
+    """The step advantage before the weight: `S_ik` (under `"state_value"`, the leave-one-out advantage of
+    `H_ik` for a call in a shared state, 0 for one alone). None when skipped."""
     group_sizes: list[list[int]] | None = None
     """How many calls are in each call's step group (itself included)."""
     shared: list[list[bool]] | None = None
     """Whether the call's step group has 2 or more members and is not the root group."""
+    estimate: str = "return"
+    """The `step_estimate` the advantages were made with."""
 
 
 def step_credit(
@@ -265,21 +273,26 @@ def step_credit(
     totals = [[episode_total(episode, row)] * len(row) for episode, row in zip(episodes, calls, strict=True)]
     episode_part, skipped = group_advantages(totals, scale=scale, eps=eps, baseline=baseline)
     if episode_part is None:
-        return StepCredit(rewards, None, skipped)
+        return StepCredit(rewards, None, skipped, estimate=estimate)
     indices = step_groups(episodes, calls, state_key)
     denominator = weighted_group_stats(totals)[1] + eps if scale else 1.0
     returns = [[float(value or 0.0) for value in row] for row in rewards]  # "discounted" never gives None
     sizes: dict[int, int] = {}
-    for row in indices:
+    episodes_in: dict[int, set[int]] = {}
+    for episode_index, row in enumerate(indices):
         for group in row:
             sizes[group] = sizes.get(group, 0) + 1
+            episodes_in.setdefault(group, set()).add(episode_index)
+    samples = {group: len(members) for group, members in episodes_in.items()}
     root = _root_group(indices)
     episode_values = [[0.0 if value is None else value for value in row] for row in episode_part]
+    episode_part_of_each = [list(row) for row in episode_values]  # E_i, before "state_value" sets parts to 0
     if estimate == "state_value":
         step_rewards = [[float(call.reward or 0.0) for call in row] for row in calls]
         step_part = step_advantages(state_values(returns, step_rewards, indices, gamma), indices, denominator)
-        # Where a call's state is shared, its state's comparison replaces the episode's; alone, it keeps it.
-        alone = [[sizes[group] < 2 for group in row] for row in indices]
+        # Where a call's state is shared with another sample, its state's comparison replaces the episode's;
+        # alone (or met only by its own episode, a retry of the same error), it keeps the episode's.
+        alone = [[samples[group] < 2 for group in row] for row in indices]
         episode_values = [
             [e if a else 0.0 for e, a in zip(e_row, a_row, strict=True)]
             for e_row, a_row in zip(episode_values, alone, strict=True)
@@ -294,10 +307,12 @@ def step_credit(
         rewards=rewards,
         advantages=advantages,
         skipped=None,
+        episode_advantages=[float(row[0]) if row else 0.0 for row in episode_part_of_each],
         episode_part=episode_values,
         step_part=step_part,
         group_sizes=[[sizes[group] for group in row] for row in indices],
         shared=[[sizes[group] > 1 and group != root for group in row] for row in indices],
+        estimate=estimate,
     )
 
 

@@ -99,7 +99,7 @@ class RunWarnings:
         log.warning(
             'credit="step": for %d steps in a row, %.0f%% of trained calls shared their state with another '
             'sample\'s call beyond the first call, so the rule is acting as "equal" (each call is valued by '
-            "its episode; only the first call gets a heavier push). Exact prompt token ids rarely repeat "
+            "its episode; only the first call is also compared). Exact prompt token ids rarely repeat "
             "when prompts carry a timestamp, a request id or earlier sampled text: give "
             "TrainerConfig(state_key=fn) a key of what decides a call's situation, such as its last tool "
             "result (docs/trainer.md, step-level credit; the metric step_group_share counts it each step).",
