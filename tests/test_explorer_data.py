@@ -193,6 +193,10 @@ def test_a_call_shows_its_training_signal_when_recorded_and_says_so_when_not() -
         call_view(stepped, owner, 3)["step_parts"]
         == "episode part 0.200, step part 0.300 (a step group of 3 calls)"
     )
+    valued = LLMCall(metadata={**stepped.metadata, "episode_advantage": 0.0, "step_estimate": "state_value"})
+    assert call_view(valued, owner, 3)["step_parts"] == (
+        "episode part 0.000, step part 0.300 (a step group of 3 calls, valued by the state it led to)"
+    )
 
 
 def test_groups_filter_sort_and_page(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ CREDIT_KEYS = {
     "episode_advantage": "episode_advantage",
     "step_advantage": "step_advantage",
     "step_group_size": "step_group_size",
+    "step_estimate": "step_estimate",
 }
 """The keys of `LLMCall.metadata` (and, for `advantage`, of `Episode.metadata`) the viewer reads the
 training signal from, as the trainer writes them (`training/algorithm/prepare.py`, `CALL_CREDIT_KEYS`)."""
@@ -229,10 +230,14 @@ def _step_parts(call: LLMCall) -> str:
     metadata = call.metadata
     if metadata.get(CREDIT_KEYS["step_advantage"]) is None:
         return ""
+    # Under step_estimate="state_value" the step part of a shared state's call is the value of where it
+    # led, and its episode part 0: say which, so a 0 is not read as "no episode advantage".
+    estimate = metadata.get(CREDIT_KEYS["step_estimate"])
+    valued = ", valued by the state it led to" if estimate == "state_value" else ""
     return (
         f"episode part {number(metadata.get(CREDIT_KEYS['episode_advantage']))}, step part "
         f"{number(metadata.get(CREDIT_KEYS['step_advantage']))} (a step group of "
-        f"{metadata.get(CREDIT_KEYS['step_group_size'], '?')} calls)"
+        f"{metadata.get(CREDIT_KEYS['step_group_size'], '?')} calls{valued})"
     )
 
 
