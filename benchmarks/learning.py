@@ -243,10 +243,17 @@ def first_calls_and_answers(episodes: list[Any]) -> dict[str, int]:
     spoils the episode when wrong) and how many were solved."""
     import two_step_calc  # benchmarks/, beside this script
 
+    by_kind: dict[str, list[int]] = {}
+    for episode in episodes:
+        counts = by_kind.setdefault(two_step_calc.problem_kind(episode.task), [0, 0, 0])
+        counts[0] += two_step_calc.first_call_right(episode)
+        counts[1] += solved(episode)
+        counts[2] += 1
     return {
-        "first_call_right": sum(two_step_calc.first_call_right(episode) for episode in episodes),
-        "solved": sum(solved(episode) for episode in episodes),
+        "first_call_right": sum(counts[0] for counts in by_kind.values()),
+        "solved": sum(counts[1] for counts in by_kind.values()),
         "episodes": len(episodes),
+        "by_kind": by_kind,  # [first call right, solved, episodes] per kind of problem
     }
 
 
@@ -481,9 +488,14 @@ def first_call_section(configurations: list[tuple[str, list[dict[str, Any]]]]) -
     ]
 
 
-def _right(counts: dict[str, int]) -> str:
+def _right(counts: dict[str, Any]) -> str:
+    """`right/episodes (share)`, then per kind of problem `kind right/episodes` when recorded."""
     right, total = counts["first_call_right"], counts["episodes"]
-    return f"{right}/{total} ({right / total:.0%})" if total else "-"
+    if not total:
+        return "-"
+    kinds = counts.get("by_kind") or {}
+    split = "; ".join(f"{kind}: {c[0]}/{c[2]}" for kind, c in sorted(kinds.items()))
+    return f"{right}/{total} ({right / total:.0%})" + (f" [{split}]" if split else "")
 
 
 def area_of(result: dict[str, Any]) -> float:

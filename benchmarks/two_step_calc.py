@@ -25,7 +25,15 @@ import lightning_sdk as ls
 from lightning_sdk.examples.calc_autogen.agent import answer_reward
 from lightning_sdk.examples.calc_autogen.calculator import calculator
 
-__all__ = ["DEFAULTS", "TWO_STEP_KINDS", "first_call_right", "first_part", "solve_two_step", "train"]
+__all__ = [
+    "DEFAULTS",
+    "TWO_STEP_KINDS",
+    "first_call_right",
+    "first_part",
+    "problem_kind",
+    "solve_two_step",
+    "train",
+]
 
 TWO_STEP_KINDS = (4, 5)
 """The two-step templates of `examples/calc_autogen/data.py` (`a + b - c` and `a + b * c`)."""
@@ -121,6 +129,12 @@ def first_part(task: dict[str, Any]) -> float:
     numbers = [float(token) for token in task["expression"].split() if token not in "+-*/"]
     a, b, c = numbers
     return b * c if "*" in task["expression"] else a + b
+
+
+def problem_kind(task: dict[str, Any]) -> str:
+    """`"a + b * c"` (the first part is the product, which the bundled model rarely computes first) or
+    `"a + b - c"`."""
+    return "a + b * c" if "*" in task["expression"] else "a + b - c"
 
 
 def first_call_right(episode: ls.Episode) -> bool:
