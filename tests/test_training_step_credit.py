@@ -142,19 +142,20 @@ def test_state_value_credits_a_call_by_the_state_it_led_to() -> None:
 
 
 def test_state_value_keeps_the_episode_advantage_of_a_state_only_its_own_episode_reached() -> None:
-    # Sample 1 met the same error twice (one state, two of its own calls) and failed; the others solved.
+    # Sample 1 met the same error twice (one state, two of its own calls; a step reward on the first)
+    # and failed; the others solved.
     key = {7: "ok", 8: "error"}
     group = [
         episode(1.0, [call(1, P1)]),
-        episode(0.0, [call(1, P2), call(2, P2)]),
+        episode(0.0, [call(1, P2, reward=0.5), call(2, P2)]),
         episode(1.0, [call(1, P1)]),
     ]
     calls = [list(e.calls) for e in group]
     result = step_credit(
         group, calls, scale=False, estimate="state_value", state_key=lambda c: key[c.prompt_token_ids[2]]
     )
-    # Its two calls are not compared only with each other (that would give both 0): they keep E = 0 - 2/3.
-    assert result.advantages is not None and result.advantages[1] == pytest.approx([-2 / 3, -2 / 3])
+    # Its two calls are not compared with each other: both keep E = total 0.5 - mean(1, 0.5, 1).
+    assert result.advantages is not None and result.advantages[1] == pytest.approx([-1 / 3, -1 / 3])
     assert result.advantages[0] == pytest.approx([0.0]) and result.advantages[2] == pytest.approx([0.0])
 
 

@@ -31,8 +31,8 @@ estimate is `H_ik = r_ik + gamma * V_g(i,k+1)` (`H_in = G_in` for an episode's l
 is `A_ik = w * (H_ik - mean of H over the other members of its step group) / d`, with no episode part;
 a call alone in its step group, or in one that only calls of its own episode reached (a retry of the
 same error), keeps `A_ik = E_i`. The weight scales every shared-state call's whole advantage here, so it
-must be above 0. Luck after a call then reaches it only through the
-mean of the samples that shared its next state.
+must be above 0. Luck after a call then reaches it only through the mean of the samples that shared its
+next state.
 
 Step rewards are compared where they belong: a call's step reward enters `S` only against the calls that
 faced the same state, and `E` only through its episode's total; it is never compared against the whole
@@ -296,6 +296,10 @@ def step_credit(
         episode_values = [
             [e if a else 0.0 for e, a in zip(e_row, a_row, strict=True)]
             for e_row, a_row in zip(episode_values, alone, strict=True)
+        ]
+        step_part = [
+            [0.0 if a else value for value, a in zip(s_row, a_row, strict=True)]
+            for s_row, a_row in zip(step_part, alone, strict=True)
         ]
     else:
         step_part = step_advantages(returns, indices, denominator)
