@@ -10,6 +10,7 @@ hold and no protocol message carries it, and it does not lead back to the server
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ MODEL_KEY_PREFIX = "lsm-"
 _LABEL = b"lightning-sdk model calls"
 
 
+@functools.lru_cache(maxsize=8)  # asked on every request a server authorizes: derive once per key
 def model_key(key: str) -> str:
     """The key for model calls only that a server whose own key is `key` accepts."""
     return MODEL_KEY_PREFIX + hmac.new(key.encode(), _LABEL, hashlib.sha256).hexdigest()
