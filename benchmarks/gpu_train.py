@@ -26,6 +26,10 @@ so the same table's tokens-run and padding columns, and seconds, show on every m
     python benchmarks/gpu_train.py                      # GPU: 1.5b 3b 7b; CPU: the small shapes
     python benchmarks/gpu_train.py --models 7b --workloads sequence --sequence-tokens 16384
 
+MFU (GPU only) is the FLOPs the step needs (each distinct prompt once, every completion, attention within
+each sample: `needed_flops`) per second against the GPU's dense bfloat16 peak, so padding and repeated
+prompts lower a side's figure.
+
 Writes `benchmarks/results/gpu_train_<device>.json` and `.md` (`--output` changes the path without suffix).
 """
 
@@ -97,7 +101,17 @@ def build_policy(shape: dict[str, Any], layers: int | None, on_gpu: bool) -> Any
     torch.manual_seed(0)
     dtype = torch.bfloat16 if on_gpu else torch.float32
     attention = choose_attention("auto", device)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention).to(device)
+    # Built on the device itself: random-initialising 7B weights on the host took minutes on the H200's
+    # machine (benchmarks/results/gpu_check_h200_2026-11-27.md), on the GPU it takes seconds.
+    started = time.perf_counter()
+    with device:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attention)
+    seconds = time.perf_counter() - started
+    print(
+        f"built {config.num_hidden_layers}-layer policy on {device} in {seconds:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     trainer_config = TrainerConfig(gradient_checkpointing=on_gpu)
     policy = build_lora_model(model, trainer_config)
     policy.train()
@@ -221,11 +235,16 @@ def measure(policy: Any, run: Callable[[Any, list[Any]], dict[str, int]], sample
     }
 
 
-def model_flop_utilisation(result: dict[str, Any], shape: dict[str, Any], device_name: str) -> float | None:
-    """6 x parameters per real token plus causal attention, against the GPU's dense bf16 peak."""
-    peak = next((value for key, value in GPU_PEAK_TFLOPS.items() if key in device_name), None)
-    if peak is None or result.get("error"):
-        return None
+def needed_flops(samples: list[Any], shape: dict[str, Any]) -> float:
+    """The model FLOPs the step needs: each distinct prompt once, every completion, no padding.
+
+    Per token 6 x the decoder's matmul parameters (a LoRA pass with checkpointing runs the forward twice
+    and the input-gradient backward once, about 6 x N in all), the vocabulary projection for completion
+    tokens only (the loss needs nothing else), and causal attention within each sample: a completion
+    attends to its prompt and its own earlier tokens, never to a sibling. Counting the work the step
+    needs, not the work a side runs, makes padding and repeated prompts lower a side's figure, as MFU
+    should; the packed side runs about exactly this work, so its figure is the hardware's.
+    """
     hidden, layers = shape["hidden_size"], shape["num_hidden_layers"]
     heads, kv_heads = shape["num_attention_heads"], shape["num_key_value_heads"]
     per_layer = (
@@ -233,10 +252,28 @@ def model_flop_utilisation(result: dict[str, Any], shape: dict[str, Any], device
         + 2 * hidden * hidden * kv_heads // heads
         + 3 * hidden * shape["intermediate_size"]
     )
-    parameters = layers * per_layer + shape["vocab_size"] * hidden
-    tokens = result["real_tokens"]
-    flops = 6 * parameters * tokens + 6 * layers * hidden * tokens * tokens  # 3 x (2 x 2 x h x T^2 / 2)
-    return round(flops / result["seconds"] / (peak * 1e12), 3)
+    prompts = {tuple(sample.prompt_ids) for sample in samples}
+    completion_tokens = sum(len(sample.completion_ids) for sample in samples)
+    tokens = sum(len(prompt) for prompt in prompts) + completion_tokens
+    # query-key pairs of causal attention: each prompt with itself once, each completion with its prompt
+    # and its own earlier tokens
+    pairs = sum(len(prompt) ** 2 / 2 for prompt in prompts) + sum(
+        len(sample.prompt_ids) * len(sample.completion_ids) + len(sample.completion_ids) ** 2 / 2
+        for sample in samples
+    )
+    linear = 6 * layers * per_layer * tokens + 6 * shape["vocab_size"] * hidden * completion_tokens
+    attention = 3 * layers * 4 * hidden * pairs  # QK^T and AV, 2 FLOPs a multiply-add, x3 with backward
+    return linear + attention
+
+
+def model_flop_utilisation(
+    result: dict[str, Any], samples: list[Any], shape: dict[str, Any], device_name: str
+) -> float | None:
+    """The step's needed FLOPs (`needed_flops`) per second, against the GPU's dense bfloat16 peak."""
+    peak = next((value for key, value in GPU_PEAK_TFLOPS.items() if key in device_name), None)
+    if peak is None or result.get("error"):
+        return None
+    return round(needed_flops(samples, shape) / result["seconds"] / (peak * 1e12), 3)
 
 
 def main() -> None:
@@ -286,7 +323,7 @@ def main() -> None:
                 }
                 try:
                     row.update(measure(policy, run, samples, args.repeats))
-                    row["mfu"] = model_flop_utilisation(row, shape, device_name)
+                    row["mfu"] = model_flop_utilisation(row, samples, shape, device_name)
                 except ImportError as error:
                     row["error"] = f"not installed: {error.name}"
                 except Exception as error:  # noqa: BLE001  # one side failing still leaves the others' numbers
