@@ -334,6 +334,11 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         del policy
+        # Each model starts with flex attention uncompiled, as in a run (one model per process). The sides
+        # bring their own masks (ours packed, transformers' padded and causal ones), each compiled twice
+        # (first shape, then dynamic shapes); over two models that passed torch.compile's limit of 8, and
+        # the 7B rows then ran flex attention unfused and out of memory (gpu_check_h200_2026-11-27_rerun.md).
+        torch._dynamo.reset()
     write(rows, args.output, device_name, on_gpu, layers)
 
 

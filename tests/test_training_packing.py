@@ -253,6 +253,41 @@ def test_packed_equals_padded_on_a_gpu_with_gradients(attention):
     assert_same(results["padded"], results["packed"], tolerance=1e-4)
 
 
+def varied_batches(count: int, device: str) -> list:
+    """`count` micro-batches whose packed rows all differ in length, as a run's steps do."""
+    batches = []
+    for index in range(count):
+        prompt = [5 + (token % 50) for token in range(40 + 37 * index)]
+        lengths = (9 + 11 * index, 30 + 5 * index, 3 + index)
+        batches.append(collate([sample(prompt, [7] * length) for length in lengths], device=device))
+    return batches
+
+
+ON_A_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="flex attention's backward is GPU-only")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_A_GPU)])
+def test_flex_attention_compiles_once_whatever_the_packed_length(device, recwarn):
+    # torch.compile recompiles flex attention at most 8 times per process, then falls back to an unfused
+    # implementation that holds the whole [heads, T, T] score matrix: on the H200 that was 28 GiB per layer
+    # at 16k tokens, and an out-of-memory error (benchmarks/results/gpu_check_h200_2026-11-27_rerun.md).
+    # Every micro-batch of a run packs to a new length, so the pass must compile once for the first
+    # shape and once with dynamic shapes, never per length. (The CPU runs no backward pass.)
+    torch._dynamo.reset()
+    config = TrainerConfig(lora_rank=4, gradient_checkpointing=device == "cuda")
+    base = tiny_llama(attention="flex_attention", hidden_size=64, intermediate_size=96)
+    model = build_lora_model(base, config).to(device).train()
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for batch in varied_batches(6, device):
+        with torch.set_grad_enabled(device == "cuda"):
+            logprobs, _ = token_logprobs(model, batch, layout="packed")
+        if device == "cuda":
+            logprobs.sum().backward()
+    compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+    assert 1 <= compiled <= 2, f"flex attention compiled {compiled} times for 6 packed lengths"
+    assert not [warning for warning in recwarn if "without torch.compile" in str(warning.message)]
+
+
 def test_flex_attention_is_refused_below_its_smallest_head_dimension():
     # The H200 check failed on a head dimension of 8; "auto" now takes SDPA for such a model at load.
     assert "head dimension 8 is below flex attention's 16" in head_dim_problem(tiny_llama().config)
