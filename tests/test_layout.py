@@ -14,7 +14,8 @@ The order is written here once (CONTRIBUTING.md's "Architecture" section says th
         run                            one run's parts, session, loop: all of the above and data
         (the rest: data, evaluation, group_rewards, sft, trainer) over all of training
     explorer                       the run explorer: reads tracing's stores and training's run folder
-                                   (records); nothing below imports it, and it never loads torch or vLLM
+                                   (records), checks keys as serving does; nothing below imports it, and
+                                   it never loads torch or vLLM
     cli, quickstart, runner, the package root   on top
 
 Inside a room, the folders keep to their side (`SIDES`): a wire format's conversion never reaches for the
@@ -44,7 +45,7 @@ ALLOWED: dict[str, set[str]] = {
     "integrations": {"tracing"},
     "rollouts": {"tracing", "serving"},
     "training": {"tracing", "engine", "serving", "rollouts"},
-    "explorer": {"tracing", "training"},
+    "explorer": {"tracing", "serving", "training"},
 }
 """For each room below the top, the other rooms it may import."""
 

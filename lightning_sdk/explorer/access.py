@@ -1,17 +1,18 @@
 """Who may read the explorer: anyone on this machine when it listens on 127.0.0.1 only; with a key otherwise.
 
-The key is checked as the serving endpoint checks its own (`serving/context.py`, `ServingContext.authorize`):
-`Authorization: Bearer <key>` or `x-api-key: <key>`, compared in constant time as bytes. A browser cannot set
+The key is checked with the serving endpoint's own helpers (`serving/keys.py`): `Authorization: Bearer <key>`
+or `x-api-key: <key>`, compared in constant time as bytes. A browser cannot set
 headers on a link, so the address the command prints carries the key once (`?key=...`); the page then keeps
 it in an HttpOnly cookie, and every later request is checked the same way.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
+
+from lightning_sdk.serving.keys import offered_keys, offers
 
 if TYPE_CHECKING:  # FastAPI loads with the server only: `lightning-sdk view --help` stays light
     from fastapi import Request, Response
@@ -38,9 +39,7 @@ class KeyCheck:
         self.key = key
 
     def given(self, request: Request) -> list[str]:
-        bearer = request.headers.get("authorization", "")
-        keys = [bearer[7:].strip()] if bearer.startswith("Bearer ") else []
-        keys += request.headers.getlist("x-api-key")
+        keys = offered_keys(request.headers.get("authorization", ""), request.headers.getlist("x-api-key"))
         keys += [value for value in (request.cookies.get(COOKIE), request.query_params.get("key")) if value]
         return keys
 
@@ -58,9 +57,7 @@ class KeyCheck:
                     "This explorer answers requests to 127.0.0.1 or localhost only.", status_code=421
                 )
             return await call_next(request)
-        expected = self.key.encode()
-        # Bytes: compare_digest refuses str with non-ASCII characters, which a header may hold.
-        if not any(hmac.compare_digest(key.encode(), expected) for key in self.given(request)):
+        if not offers(self.given(request), self.key):
             return PlainTextResponse(
                 "This explorer listens beyond this machine and needs its key: open the address the command "
                 "printed (it ends in ?key=...), or send 'Authorization: Bearer <key>'.",
