@@ -27,8 +27,19 @@ from lightning_sdk.tracing.store import EpisodeStore
 
 def advantages_by_situation(run_dir: Path) -> dict[tuple[int, bool, bool], list[float]]:
     """(call number, first call right, solved) -> the advantages those trained calls got."""
-    with EpisodeStore(run_dir / "episodes.sqlite") as store:
+    path = run_dir / "episodes.sqlite"
+    if not path.is_file():
+        raise SystemExit(f"{run_dir}: no episodes.sqlite here; pass a run folder of benchmarks/learning.py")
+    with EpisodeStore(path) as store:
         episodes = store.episodes()
+    if not episodes or not all(
+        isinstance(episode.task, dict) and "expression" in episode.task for episode in episodes
+    ):
+        # Other agents' calls have no "first part" to be right about: every call would read as wrong.
+        raise SystemExit(
+            f"{run_dir}: not a calc_two_step run (its tasks have no 'expression'); this report "
+            "reads the two-step calculator's runs only"
+        )
     found: dict[tuple[int, bool, bool], list[float]] = {}
     for episode in episodes:
         situation = (two_step_calc.first_call_right(episode), (episode.reward or 0.0) >= 1.0)
