@@ -1,9 +1,12 @@
-"""What credit gave each call of the two-step calculator, by the situation it was in.
+"""What credit gave each call, by the situation it was in: the two-step calculator and the retrieval agent.
 
-Reads the training episodes of `benchmarks/learning.py --only calc_two_step` runs (each call keeps the
-advantage it was trained with in `call.metadata`, under every credit rule) and prints the mean advantage
-of first and second calls, split by whether the first call computed the first part (the decision a
-second call cannot repair) and whether the episode was solved:
+Reads the training episodes of `benchmarks/learning.py` runs (each call keeps the advantage it was trained
+with in `call.metadata`, under every credit rule) and prints the mean advantage of first and second calls,
+split by whether the first call was right and whether the episode was solved (reward 1):
+
+- `calc_two_step`: the first call computed the first part, the decision a second call cannot repair;
+- `rag_openai_agents`: the first search returned the entry holding the answer (the gold answer appears
+  in the tool's result), without which the answer call can only guess.
 
     python benchmarks/credit_by_call.py runs/learning/credit-equal/calc_two_step/seed0 \
         runs/learning/credit-step/calc_two_step/seed0
@@ -17,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import two_step_calc  # benchmarks/, beside this script
 
+import lightning_sdk as ls
 from lightning_sdk.tracing.store import EpisodeStore
 
 
@@ -32,22 +37,45 @@ def advantages_by_situation(run_dir: Path) -> dict[tuple[int, bool, bool], list[
         raise SystemExit(f"{run_dir}: no episodes.sqlite here; pass a run folder of benchmarks/learning.py")
     with EpisodeStore(path) as store:
         episodes = store.episodes()
-    if not episodes or not all(
-        isinstance(episode.task, dict) and "expression" in episode.task for episode in episodes
-    ):
-        # Other agents' calls have no "first part" to be right about: every call would read as wrong.
-        raise SystemExit(
-            f"{run_dir}: not a calc_two_step run (its tasks have no 'expression'); this report "
-            "reads the two-step calculator's runs only"
-        )
+    first_call_right = _first_call_rule(run_dir, episodes)
     found: dict[tuple[int, bool, bool], list[float]] = {}
     for episode in episodes:
-        situation = (two_step_calc.first_call_right(episode), (episode.reward or 0.0) >= 1.0)
+        situation = (first_call_right(episode), (episode.reward or 0.0) >= 1.0)
         for number, call in enumerate(episode.all_calls()[:2], start=1):
             advantage = call.metadata.get("advantage")
             if advantage is not None:  # untrained calls (a group without spread) have none
                 found.setdefault((number, *situation), []).append(float(advantage))
     return found
+
+
+def _first_call_rule(run_dir: Path, episodes: list[ls.Episode]) -> Callable[[ls.Episode], bool]:
+    """Which agent's runs these are, by their tasks: how to tell whether a first call was right."""
+    tasks = [episode.task if isinstance(episode.task, dict) else {} for episode in episodes]
+    if tasks and all("expression" in task for task in tasks):
+        return two_step_calc.first_call_right
+    if tasks and all("answer" in task and "corpus" in task for task in tasks):
+        return first_search_found
+    # Other agents' calls have no known first decision: every call would read as wrong.
+    raise SystemExit(
+        f"{run_dir}: neither a calc_two_step nor a rag_openai_agents run (no task 'expression', no "
+        "'answer' with a 'corpus'); this report reads those two agents' runs only"
+    )
+
+
+def first_search_found(episode: ls.Episode) -> bool:
+    """Whether the retrieval agent's first search returned the answer: the gold answer appears in the
+    first tool result, which the second call's prompt holds."""
+    calls = episode.all_calls()
+    if len(calls) < 2:
+        return False
+    messages = calls[1].messages
+    question = max(
+        (index for index, message in enumerate(messages) if message.get("role") == "user"), default=0
+    )
+    # The tool results before the question are the worked examples'.
+    results = [message for message in messages[question:] if message.get("role") == "tool"]
+    answer = str(episode.task["answer"]).lower()
+    return bool(results) and answer in str(results[0].get("content", "")).lower()
 
 
 def report(run_dir: Path) -> list[str]:
@@ -63,7 +91,9 @@ def report(run_dir: Path) -> list[str]:
 
 def main(argv: Any = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path, help="calc_two_step run folders")
+    parser.add_argument(
+        "run_dirs", nargs="+", type=Path, help="calc_two_step or rag_openai_agents run folders"
+    )
     for run_dir in parser.parse_args(argv).run_dirs:
         print("\n".join(report(run_dir)) + "\n")
 
