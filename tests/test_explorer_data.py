@@ -302,6 +302,9 @@ def test_the_command_line_refuses_bad_input_with_a_message(
         run = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=1, group_size=2)
         assert main(["view", str(run), "--port", str(port)]) == 2
     assert "pick another --port" in capsys.readouterr().err
+    # An empty key would let an empty header in beyond this machine.
+    assert main(["view", str(run), "--host", "0.0.0.0", "--port", "0", "--key", ""]) == 2
+    assert "key is empty" in capsys.readouterr().err
 
 
 def test_the_snapshot_stays_within_its_size_and_says_what_it_left_out(run_dir: Path, tmp_path: Path) -> None:

@@ -18,3 +18,4 @@ def test_offered_keys_read_both_clients_headers_and_odd_bytes_do_not_raise() -> 
     assert offered_keys("Basic abc", []) == []
     assert offers(["nope", "abc"], "abc")
     assert not offers(["cl\u00e9"], "abc")  # non-ASCII: compared as bytes, refused, no TypeError
+    assert not offers(offered_keys("Bearer ", [""]), "")  # an empty key opens nothing, not even for ""

@@ -108,6 +108,8 @@ def serve_explorer(
 
     from lightning_sdk.explorer.app import build_app
 
+    if key is not None and not key.strip():
+        raise ValueError("the explorer's key is empty: give a key of your own, or none for a random one")
     sock = socket.socket(fileno=fd) if fd is not None else listening_socket(host, port)
     with contextlib.ExitStack() as undo:
         undo.callback(sock.close)

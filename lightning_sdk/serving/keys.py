@@ -36,6 +36,9 @@ def offered_keys(authorization: str, api_key_headers: Iterable[str]) -> list[str
 
 def offers(offered: Iterable[str], key: str) -> bool:
     """Whether one of `offered` is `key`, compared in constant time (as bytes: `compare_digest` refuses
-    str with non-ASCII characters, which a header may hold)."""
+    str with non-ASCII characters, which a header may hold). An empty `key` matches nothing: an empty
+    header (`Bearer ` alone, `x-api-key:` with no value) must not open anything."""
+    if not key:
+        return False
     expected = key.encode()
     return any(hmac.compare_digest(given.encode(), expected) for given in offered)
