@@ -238,12 +238,13 @@ def measure(policy: Any, run: Callable[[Any, list[Any]], dict[str, int]], sample
 def needed_flops(samples: list[Any], shape: dict[str, Any]) -> float:
     """The model FLOPs the step needs: each distinct prompt once, every completion, no padding.
 
-    Per token 6 x the decoder's matmul parameters (a LoRA pass with checkpointing runs the forward twice
-    and the input-gradient backward once, about 6 x N in all), the vocabulary projection for completion
-    tokens only (the loss needs nothing else), and causal attention within each sample: a completion
-    attends to its prompt and its own earlier tokens, never to a sibling. Counting the work the step
-    needs, not the work a side runs, makes padding and repeated prompts lower a side's figure, as MFU
-    should; the packed side runs about exactly this work, so its figure is the hardware's.
+    A LoRA step needs the forward pass and the backward pass to the inputs of every layer (the base
+    weights get no gradient; the adapter's are a rounding error): 4 x the decoder's matmul parameters per
+    token, the vocabulary projection for completion tokens only (the loss needs nothing else), and causal
+    attention within each sample (a completion attends to its prompt and its own earlier tokens, never to
+    a sibling): 4 FLOPs per query-key pair and head dimension forward, 8 backward. Checkpointing's
+    recomputed forward is hardware work, not work the step needs, so it is not counted (as MFU is
+    defined), and neither are padding and repeated prompts: they lower a side's figure.
     """
     hidden, layers = shape["hidden_size"], shape["num_hidden_layers"]
     heads, kv_heads = shape["num_attention_heads"], shape["num_key_value_heads"]
@@ -261,8 +262,8 @@ def needed_flops(samples: list[Any], shape: dict[str, Any]) -> float:
         len(sample.prompt_ids) * len(sample.completion_ids) + len(sample.completion_ids) ** 2 / 2
         for sample in samples
     )
-    linear = 6 * layers * per_layer * tokens + 6 * shape["vocab_size"] * hidden * completion_tokens
-    attention = 3 * layers * 4 * hidden * pairs  # QK^T and AV, 2 FLOPs a multiply-add, x3 with backward
+    linear = 4 * layers * per_layer * tokens + 4 * shape["vocab_size"] * hidden * completion_tokens
+    attention = 12 * layers * hidden * pairs
     return linear + attention
 
 

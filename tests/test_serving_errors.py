@@ -139,7 +139,7 @@ def test_engine_failure_is_a_500_not_a_hang(bundled_model) -> None:
         port = probe.getsockname()[1]
     servers_before = {thread for thread in threading.enumerate() if thread.name == "lightning-sdk-server"}
     with pytest.raises(RuntimeError, match=f"did not start on 127.0.0.1:{port}"):
-        start_server(engine, port=port, startup_timeout=0)
+        start_server(engine, port=port, startup_timeout=-1)  # a deadline already past
     servers = {thread for thread in threading.enumerate() if thread.name == "lightning-sdk-server"}
     assert servers <= servers_before  # other tests' servers may still run
     with socket.socket() as again:

@@ -263,16 +263,20 @@ def varied_batches(count: int, device: str) -> list:
     return batches
 
 
-ON_A_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="flex attention's backward is GPU-only")
+ON_A_GPU = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="flex attention's backward is GPU-only"),
+]
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=ON_A_GPU)])
-def test_flex_attention_compiles_once_whatever_the_packed_length(device, recwarn):
+def test_flex_attention_compiles_at_most_twice_whatever_the_packed_length(device):
     # torch.compile recompiles flex attention at most 8 times per process, then falls back to an unfused
     # implementation that holds the whole [heads, T, T] score matrix: on the H200 that was 28 GiB per layer
     # at 16k tokens, and an out-of-memory error (benchmarks/results/gpu_check_h200_2026-11-27_rerun.md).
     # Every micro-batch of a run packs to a new length, so the pass must compile once for the first
-    # shape and once with dynamic shapes, never per length. (The CPU runs no backward pass.)
+    # shape and once with dynamic shapes, never per length. (The CPU runs no backward pass. The
+    # fallback's own warning is shown once per process, so the count is what is checked.)
     torch._dynamo.reset()
     config = TrainerConfig(lora_rank=4, gradient_checkpointing=device == "cuda")
     base = tiny_llama(attention="flex_attention", hidden_size=64, intermediate_size=96)
@@ -285,7 +289,6 @@ def test_flex_attention_compiles_once_whatever_the_packed_length(device, recwarn
             logprobs.sum().backward()
     compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
     assert 1 <= compiled <= 2, f"flex attention compiled {compiled} times for 6 packed lengths"
-    assert not [warning for warning in recwarn if "without torch.compile" in str(warning.message)]
 
 
 def test_flex_attention_is_refused_below_its_smallest_head_dimension():
