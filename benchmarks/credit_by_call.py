@@ -30,17 +30,18 @@ import lightning_sdk as ls
 from lightning_sdk.tracing.store import EpisodeStore
 
 
-def advantages_by_situation(run_dir: Path) -> dict[tuple[int, bool, bool], list[float]]:
-    """(call number, first call right, solved) -> the advantages those trained calls got."""
+def advantages_by_situation(run_dir: Path) -> dict[tuple[int, str, bool], list[float]]:
+    """(call number, first call "right" / "wrong" / "no search", solved) -> the advantages those trained
+    calls got."""
     path = run_dir / "episodes.sqlite"
     if not path.is_file():
         raise SystemExit(f"{run_dir}: no episodes.sqlite here; pass a run folder of benchmarks/learning.py")
     with EpisodeStore(path) as store:
         episodes = store.episodes()
-    first_call_right = _first_call_rule(run_dir, episodes)
-    found: dict[tuple[int, bool, bool], list[float]] = {}
+    first_call = _first_call_rule(run_dir, episodes)
+    found: dict[tuple[int, str, bool], list[float]] = {}
     for episode in episodes:
-        situation = (first_call_right(episode), (episode.reward or 0.0) >= 1.0)
+        situation = (first_call(episode), (episode.reward or 0.0) >= 1.0)
         for number, call in enumerate(episode.all_calls()[:2], start=1):
             advantage = call.metadata.get("advantage")
             if advantage is not None:  # untrained calls (a group without spread) have none
@@ -48,13 +49,13 @@ def advantages_by_situation(run_dir: Path) -> dict[tuple[int, bool, bool], list[
     return found
 
 
-def _first_call_rule(run_dir: Path, episodes: list[ls.Episode]) -> Callable[[ls.Episode], bool]:
+def _first_call_rule(run_dir: Path, episodes: list[ls.Episode]) -> Callable[[ls.Episode], str]:
     """Which agent's runs these are, by their tasks: how to tell whether a first call was right."""
     tasks = [episode.task if isinstance(episode.task, dict) else {} for episode in episodes]
     if tasks and all("expression" in task for task in tasks):
-        return two_step_calc.first_call_right
+        return lambda episode: "right" if two_step_calc.first_call_right(episode) else "wrong"
     if tasks and all("answer" in task and "corpus" in task for task in tasks):
-        return first_search_found
+        return first_search
     # Other agents' calls have no known first decision: every call would read as wrong.
     raise SystemExit(
         f"{run_dir}: neither a calc_two_step nor a rag_openai_agents run (no task 'expression', no "
@@ -62,12 +63,13 @@ def _first_call_rule(run_dir: Path, episodes: list[ls.Episode]) -> Callable[[ls.
     )
 
 
-def first_search_found(episode: ls.Episode) -> bool:
-    """Whether the retrieval agent's first search returned the answer: the gold answer appears in the
-    first tool result, which the second call's prompt holds."""
+def first_search(episode: ls.Episode) -> str:
+    """The retrieval agent's first search: "right" when it returned the answer (the gold answer appears in
+    the first tool result, which the second call's prompt holds), "wrong" when it did not, "no search"
+    when none ran (the first call, cut by `max_tokens`, ended the episode)."""
     calls = episode.all_calls()
     if len(calls) < 2:
-        return False
+        return "no search"
     messages = calls[1].messages
     question = max(
         (index for index, message in enumerate(messages) if message.get("role") == "user"), default=0
@@ -75,15 +77,17 @@ def first_search_found(episode: ls.Episode) -> bool:
     # The tool results before the question are the worked examples'.
     results = [message for message in messages[question:] if message.get("role") == "tool"]
     answer = str(episode.task["answer"]).lower()
-    return bool(results) and answer in str(results[0].get("content", "")).lower()
+    if not results:
+        return "no search"
+    return "right" if answer in str(results[0].get("content", "")).lower() else "wrong"
 
 
 def report(run_dir: Path) -> list[str]:
     header = "| call | first call | episode | calls | mean advantage |"
     lines = [str(run_dir), header, "|---|---|---|---|---|"]
-    for (number, right, solved), values in sorted(advantages_by_situation(run_dir).items()):
+    for (number, first, solved), values in sorted(advantages_by_situation(run_dir).items()):
         lines.append(
-            f"| {number} | {'right' if right else 'wrong'} | {'solved' if solved else 'failed'} | "
+            f"| {number} | {first} | {'solved' if solved else 'failed'} | "
             f"{len(values)} | {statistics.mean(values):+.3f} |"
         )
     return lines
