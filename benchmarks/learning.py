@@ -18,7 +18,7 @@ and worst seed. Written to benchmarks/results/learning.md (table) and benchmarks
 Each seed trains in its own process (so one seed's memory or crash does not touch the next, and its
 peak RSS is its own), seeding both the example's data and the trainer. A sweep resumes where it
 stopped: a seed whose result file exists is skipped, so an interrupted sweep is rerun with the same
-command. `--label` names a configuration (`--set field=value` are `TrainerConfig` overrides); results
+command; a seed without one trains again from step 0 in an emptied folder. `--label` names a configuration (`--set field=value` are `TrainerConfig` overrides); results
 of different labels sit side by side in the table, which is how a change to the trainer is judged.
 """
 
@@ -31,6 +31,7 @@ import math
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -115,6 +116,12 @@ def run_worker(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     commit = git_commit()  # the code this seed runs (the tree may change while it trains)
     run_dir = RUNS / args.label / args.example / f"seed{args.seed}"
+    if run_dir.exists():
+        # A seed without a result file is run afresh. Its folder is what a stopped run left: training into
+        # it would append this run's metrics and episodes to those (a stopped run's validation points
+        # once entered a finished seed's curve), so it goes first.
+        print(f"removing {run_dir}: left by a run that did not finish", file=sys.stderr, flush=True)
+        shutil.rmtree(run_dir)
     overrides = parse_overrides(args.set)
     summary = train_one(args.example, args.seed, run_dir, args.model, overrides)
     history = read_history(run_dir)
