@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import lightning_sdk as ls
+from lightning_sdk.training.records.run_dir import refuse_earlier_run
 from lightning_sdk.training.run.best_adapter import BEST_FILE, BestAdapter, read_best, write_best
 from lightning_sdk.training.update.folders.whole_folders import adapter_problem, staged_folder
 from lightning_sdk.training.update.lora import save_adapter
@@ -121,3 +122,22 @@ def test_a_cut_warm_start_is_refused_before_anything_starts(tmp_path: Path) -> N
             lambda task: "", [{"question": "?"}]
         )  # no engine was built: it would have taken seconds
     assert {thread.ident for thread in threading.enumerate()} <= before
+
+
+def test_a_run_folder_that_holds_a_run_is_refused_without_resume(tmp_path: Path) -> None:
+    import lightning_sdk as ls
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "teacher_traffic.sqlite").write_bytes(b"")  # other files are no run: accepted
+    refuse_earlier_run(run_dir)
+    (run_dir / "metrics.jsonl").write_text('{"step": 0, "time": 0.0, "val_reward": 0.5}\n')
+    before = (run_dir / "metrics.jsonl").read_text()
+    config = ls.TrainerConfig(max_steps=1, run_dir=str(run_dir))
+    # Refused before a model or an engine loads (this test would otherwise take seconds), nothing written.
+    with pytest.raises(ValueError, match=r"already holds a run \(metrics.jsonl\): pass resume=True"):
+        ls.Trainer(config=config).fit(lambda task: "", [{"question": "?"}])
+    with pytest.raises(ValueError, match="already holds a run"):
+        ls.Trainer(config=config).fit_sft([])
+    assert (run_dir / "metrics.jsonl").read_text() == before
+    assert sorted(path.name for path in run_dir.iterdir()) == ["metrics.jsonl", "teacher_traffic.sqlite"]

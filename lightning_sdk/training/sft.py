@@ -30,7 +30,7 @@ from lightning_sdk.tracing.store import EpisodeStore
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.algorithm.sft_samples import SFTData, sft_samples
 from lightning_sdk.training.config import TrainerConfig
-from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
+from lightning_sdk.training.records.run_dir import make_run_dir, refuse_earlier_run, write_run_info
 
 __all__ = ["SFTResult", "fit_sft"]
 
@@ -77,6 +77,7 @@ def fit_sft(
 
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs={epochs!r} must be an integer >= 1.")
+    refuse_earlier_run(config.run_dir)  # before the tokenizer and the episodes are read
     resolved = resolve_model(model)
     tokenizer = AutoTokenizer.from_pretrained(str(resolved.path))
     chosen = episodes.episodes() if isinstance(episodes, EpisodeStore) else list(episodes)

@@ -35,7 +35,7 @@ from lightning_sdk.training.group_rewards import (
 )
 from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
 from lightning_sdk.training.records.live_view import live_view
-from lightning_sdk.training.records.run_dir import make_run_dir, write_run_info
+from lightning_sdk.training.records.run_dir import make_run_dir, refuse_earlier_run, write_run_info
 from lightning_sdk.training.records.run_warnings_file import keep_warnings
 from lightning_sdk.training.run.best_adapter import (
     BEST_ADAPTER_DIR,
@@ -167,6 +167,8 @@ class Trainer:
             group_tasks(tasks, config.balance_by)  # a task without the key fails here, before the model loads
         if resume and config.run_dir is None:
             raise ValueError("resume=True needs TrainerConfig(run_dir=...) naming the run to continue.")
+        if not resume:
+            refuse_earlier_run(config.run_dir)  # before anything loads or writes there
         run_dir = make_run_dir(config.run_dir)
         seed_everything(config.seed)
         # The session owns what its start opened: a start that fails releases it all itself, and a run

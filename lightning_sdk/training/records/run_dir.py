@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
 
-__all__ = ["make_run_dir", "read_rank_info", "write_rank_info", "write_run_info"]
+__all__ = ["make_run_dir", "read_rank_info", "refuse_earlier_run", "write_rank_info", "write_run_info"]
 
 RUN_INFO_FILE = "run.json"
 
@@ -27,6 +27,25 @@ def make_run_dir(run_dir: str | Path | None) -> Path:
         path = Path(run_dir)
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
+
+
+def refuse_earlier_run(run_dir: str | Path | None) -> None:
+    """Raise `ValueError` when `run_dir` already holds a training run (its `run.json` or `metrics.jsonl`).
+
+    A new run there would start at step 0 and append its metrics, episodes and checkpoints to the earlier
+    run's, and every curve and report would mix the two. Other files (an episode store, a warm start's
+    own folder) are no run and are left alone.
+    """
+    if run_dir is None:
+        return
+    path = Path(run_dir)
+    found = [name for name in (RUN_INFO_FILE, "metrics.jsonl") if (path / name).is_file()]
+    if found:
+        raise ValueError(
+            f"{path} already holds a run ({' and '.join(found)}): pass resume=True to continue it, or give "
+            "another run_dir (or remove this one). A new run here would mix its metrics and episodes with "
+            "the earlier run's."
+        )
 
 
 def write_run_info(run_dir: Path, config: TrainerConfig, start_step: int, facts: dict[str, Any]) -> None:
