@@ -18,8 +18,9 @@ and worst seed. Written to benchmarks/results/learning.md (table) and benchmarks
 Each seed trains in its own process (so one seed's memory or crash does not touch the next, and its
 peak RSS is its own), seeding both the example's data and the trainer. A sweep resumes where it
 stopped: a seed whose result file exists is skipped, so an interrupted sweep is rerun with the same
-command; a seed without one trains again from step 0 in an emptied folder. `--label` names a configuration (`--set field=value` are `TrainerConfig` overrides); results
-of different labels sit side by side in the table, which is how a change to the trainer is judged.
+command; a seed without one trains again from step 0 in an emptied folder. `--label` names a
+configuration (`--set field=value` are `TrainerConfig` overrides); results of different labels sit side
+by side in the table, which is how a change to the trainer is judged.
 """
 
 from __future__ import annotations
