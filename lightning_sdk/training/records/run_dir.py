@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lightning_sdk.training.records.metrics import METRICS_FILE
+
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
 
@@ -39,7 +41,7 @@ def refuse_earlier_run(run_dir: str | Path | None) -> None:
     if run_dir is None:
         return
     path = Path(run_dir)
-    found = [name for name in (RUN_INFO_FILE, "metrics.jsonl") if (path / name).is_file()]
+    found = [name for name in (RUN_INFO_FILE, METRICS_FILE) if (path / name).is_file()]
     if found:
         raise ValueError(
             f"{path} already holds a run ({' and '.join(found)}): pass resume=True to continue it, or give "
