@@ -1,19 +1,24 @@
-"""What credit gave each call, by the situation it was in: the two-step calculator and the retrieval agent.
+"""What credit gave each call, by the situation it was in: the two-step calculator, the retrieval agent and
+the SQL agent with its checker.
 
 Reads the training episodes of `benchmarks/learning.py` runs (each call keeps the advantage it was trained
-with in `call.metadata`, under every credit rule) and prints the mean advantage of first and second calls,
-split by whether the first call was right and whether the episode was solved (reward 1):
+with in `call.metadata`, under every credit rule) and prints the mean advantage of each kind of call, split
+by whether the episode's first decision was right and whether the episode was solved (reward 1):
 
-- `calc_two_step`: the first call computed the first part, the decision a second call cannot repair;
-- `rag_openai_agents`: the first search returned the entry holding the answer (the gold answer appears
-  in the tool's result), without which the answer call can only guess.
+- `calc_two_step` (first and second call): the first call computed the first part, the decision a second
+  call cannot repair;
+- `rag_openai_agents` (first and second call): the first search returned the entry holding the answer
+  (the gold answer appears in the tool's result), without which the answer call can only guess;
+- `sql_checked` (each role; the checker split by its verdict): the first query returned the gold rows
+  ("error" when SQLite refused it). A right first query that the checker rejected and the rewrite
+  spoiled is the case the episode's outcome alone blames wrongly.
 
     python benchmarks/credit_by_call.py runs/learning/credit-equal/calc_two_step/seed0 \
         runs/learning/credit-step/calc_two_step/seed0
 
-Under `credit="equal"` both calls of an episode get its advantage; under `credit="step"` a second call
-is also compared with the second calls that faced the same state (the same first result), so one after
-a wrong first call should be blamed less, and one that spoiled a right first call more.
+Under `credit="equal"` every call of an episode gets its advantage; under `credit="step"` a call is also
+compared with the calls that faced the same state (the same prompt), so a call after a wrong first
+decision should be blamed less, and one that spoiled a right first decision more.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import argparse
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import two_step_calc  # benchmarks/, beside this script
 
@@ -30,37 +35,55 @@ import lightning_sdk as ls
 from lightning_sdk.tracing.store import EpisodeStore
 
 
-def advantages_by_situation(run_dir: Path) -> dict[tuple[int, str, bool], list[float]]:
-    """(call number, first call "right" / "wrong" / "no search", solved) -> the advantages those trained
-    calls got."""
+class Reading(NamedTuple):
+    """How to read one agent's episodes."""
+
+    first_decision: Callable[[ls.Episode], str]
+    """The episode's first decision: "right", "wrong", or what kept it from being made."""
+    call_kind: Callable[[int, ls.LLMCall], str | None]
+    """A call's row label from its number (1-based) and itself; None leaves it out."""
+
+
+def advantages_by_situation(run_dir: Path) -> dict[tuple[str, str, bool], list[float]]:
+    """(kind of call, first decision, solved) -> the advantages those trained calls got."""
     path = run_dir / "episodes.sqlite"
     if not path.is_file():
         raise SystemExit(f"{run_dir}: no episodes.sqlite here; pass a run folder of benchmarks/learning.py")
     with EpisodeStore(path) as store:
         episodes = store.episodes()
-    first_call = _first_call_rule(run_dir, episodes)
-    found: dict[tuple[int, str, bool], list[float]] = {}
+    reading = _reading_for(run_dir, episodes)
+    found: dict[tuple[str, str, bool], list[float]] = {}
     for episode in episodes:
-        situation = (first_call(episode), (episode.reward or 0.0) >= 1.0)
-        for number, call in enumerate(episode.all_calls()[:2], start=1):
+        situation = (reading.first_decision(episode), (episode.reward or 0.0) >= 1.0)
+        for number, call in enumerate(episode.all_calls(), start=1):
+            kind = reading.call_kind(number, call)
             advantage = call.metadata.get("advantage")
-            if advantage is not None:  # untrained calls (a group without spread) have none
-                found.setdefault((number, *situation), []).append(float(advantage))
+            if kind is not None and advantage is not None:  # untrained calls (no spread) have none
+                found.setdefault((kind, *situation), []).append(float(advantage))
     return found
 
 
-def _first_call_rule(run_dir: Path, episodes: list[ls.Episode]) -> Callable[[ls.Episode], str]:
-    """Which agent's runs these are, by their tasks: how to tell whether a first call was right."""
+def _reading_for(run_dir: Path, episodes: list[ls.Episode]) -> Reading:
+    """Which agent's runs these are, by their tasks."""
     tasks = [episode.task if isinstance(episode.task, dict) else {} for episode in episodes]
     if tasks and all("expression" in task for task in tasks):
-        return lambda episode: "right" if two_step_calc.first_call_right(episode) else "wrong"
+        return Reading(
+            lambda episode: "right" if two_step_calc.first_call_right(episode) else "wrong", _first_two
+        )
     if tasks and all("answer" in task and "corpus" in task for task in tasks):
-        return first_search
+        return Reading(first_search, _first_two)
+    if tasks and all("gold_sql" in task for task in tasks):
+        return Reading(first_query, role_and_verdict)
     # Other agents' calls have no known first decision: every call would read as wrong.
     raise SystemExit(
-        f"{run_dir}: neither a calc_two_step nor a rag_openai_agents run (no task 'expression', no "
-        "'answer' with a 'corpus'); this report reads those two agents' runs only"
+        f"{run_dir}: not a calc_two_step, rag_openai_agents or sql_checked run (no task 'expression', "
+        "no 'answer' with a 'corpus', no 'gold_sql'); this report reads those agents' runs only"
     )
+
+
+def _first_two(number: int, call: ls.LLMCall) -> str | None:
+    """The calculator's and the retrieval agent's rows: the first and second call, by number."""
+    return str(number) if number <= 2 else None
 
 
 def first_search(episode: ls.Episode) -> str:
@@ -82,12 +105,36 @@ def first_search(episode: ls.Episode) -> str:
     return "right" if answer in str(results[0].get("content", "")).lower() else "wrong"
 
 
+def first_query(episode: ls.Episode) -> str:
+    """The SQL agent's first query, run again on the task's database: "right" when it returns the gold
+    rows (the reward's test), "error" when SQLite refused it, else "wrong"."""
+    from lightning_sdk.examples.sql_langchain.agent import answers_question
+    from lightning_sdk.examples.sql_langchain.sql_tools import extract_sql, run_query
+
+    calls = episode.all_calls()
+    if not calls:
+        return "no query"
+    result = run_query(episode.task["db_path"], extract_sql(calls[0].text))
+    if not result.ok:
+        return "error"
+    return "right" if answers_question(episode.task, result) else "wrong"
+
+
+def role_and_verdict(number: int, call: ls.LLMCall) -> str:
+    """The SQL agent's rows: the call's role, the checker's with its verdict (the agent reads a reply
+    that starts with "yes" as yes)."""
+    role = call.agent_name or "?"
+    if role == "check_query":
+        return f"{role} ({'yes' if (call.text or '').strip().lower().startswith('yes') else 'no'})"
+    return role
+
+
 def report(run_dir: Path) -> list[str]:
-    header = "| call | first call | episode | calls | mean advantage |"
+    header = "| call | first decision | episode | calls | mean advantage |"
     lines = [str(run_dir), header, "|---|---|---|---|---|"]
-    for (number, first, solved), values in sorted(advantages_by_situation(run_dir).items()):
+    for (kind, first, solved), values in sorted(advantages_by_situation(run_dir).items()):
         lines.append(
-            f"| {number} | {first} | {'solved' if solved else 'failed'} | "
+            f"| {kind} | {first} | {'solved' if solved else 'failed'} | "
             f"{len(values)} | {statistics.mean(values):+.3f} |"
         )
     return lines
@@ -96,7 +143,7 @@ def report(run_dir: Path) -> list[str]:
 def main(argv: Any = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "run_dirs", nargs="+", type=Path, help="calc_two_step or rag_openai_agents run folders"
+        "run_dirs", nargs="+", type=Path, help="calc_two_step, rag_openai_agents or sql_checked run folders"
     )
     for run_dir in parser.parse_args(argv).run_dirs:
         print("\n".join(report(run_dir)) + "\n")

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.examples.sql_langchain.agent import AGENT_NAME, prompt_messages, sql_agent, sql_reward
+from lightning_sdk.examples.sql_langchain.agent import (
+    AGENT_NAME,
+    answers_question,
+    prompt_messages,
+    sql_agent,
+    sql_reward,
+)
 from lightning_sdk.examples.sql_langchain.data import (
     KINDS,
     TEMPLATES,
@@ -205,6 +211,8 @@ def test_reward_runs_the_gold_query(db_path: Path) -> None:
     assert sql_reward(task, youngest) == 0.0
     assert sql_reward(task, run_query(db_path, "SELECT nope")) == 0.0
     assert sql_reward(task, None) == 0.0
+    assert answers_question(task, oldest) is True  # the reward's test, for reports that replay queries
+    assert answers_question(task, youngest) is False
 
 
 def test_reward_refuses_guesses_and_unchosen_columns(db_path: Path) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "AGENT_NAME",
     "MAX_ATTEMPTS",
     "ROLES",
+    "answers_question",
     "build_checked_graph",
     "build_graph",
     "chat_model",
@@ -281,17 +282,22 @@ def chat_model(llm: ls.LLMEndpoint | None = None) -> ChatOpenAI:
     )
 
 
-@ls.reward
-def sql_reward(task: dict[str, Any], result: QueryResult | None) -> float:
-    """1 when the agent's final query reads the database and returns the gold query's rows (see
-    `results_match`), else 0. A query of constants (`SELECT 3`) scores 0 even when it guesses right: a
+def answers_question(task: dict[str, Any], result: QueryResult | None) -> bool:
+    """Whether a query's result answers `task`: it read the database and returned the gold query's rows
+    (see `results_match`). A query of constants (`SELECT 3`) does not, even when it guesses right: a
     reward for guesses would teach the model to guess."""
     if result is None or not result.ok or not result.tables:
-        return 0.0
+        return False
     gold = run_query(task["db_path"], task["gold_sql"])
     if not gold.ok:
         raise RuntimeError(f"the gold query of task {task['id']} failed: {gold.error}")
-    return float(results_match(result.rows, gold.rows, ordered=task.get("ordered", False)))
+    return results_match(result.rows, gold.rows, ordered=task.get("ordered", False))
+
+
+@ls.reward
+def sql_reward(task: dict[str, Any], result: QueryResult | None) -> float:
+    """1 when the agent's final query answers the question (`answers_question`), else 0."""
+    return float(answers_question(task, result))
 
 
 @ls.trace_agent(name="sql_agent")
