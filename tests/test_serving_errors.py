@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import threading
+
 import httpx
 import openai
 import pytest
@@ -125,11 +129,35 @@ def test_openai_client_raises_typed_errors(served_endpoint) -> None:
         client.completions.create(model=endpoint.model, prompt=[10**9], max_tokens=2)
 
 
-def test_engine_failure_is_a_500_not_a_hang(bundled_model) -> None:
+def test_engine_failure_is_a_500_not_a_hang(bundled_model, monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
     from lightning_sdk.engine import TransformersEngine
     from lightning_sdk.serving import start_server
 
     engine = TransformersEngine(bundled_model, max_model_len=256)
+
+    # A server that does not come up in time leaves neither its thread nor its port behind. Its startup
+    # waits until told to exit, as one stuck loading or binding would, so the deadline passes every time.
+    async def stuck_startup(self: uvicorn.Server, sockets: object = None) -> None:
+        while not self.should_exit:
+            await asyncio.sleep(0.01)
+
+    def servers() -> set[threading.Thread]:
+        return {thread for thread in threading.enumerate() if thread.name == "lightning-sdk-server"}
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    servers_before = servers()
+    with monkeypatch.context() as patch:
+        patch.setattr(uvicorn.Server, "startup", stuck_startup)
+        with pytest.raises(RuntimeError, match=f"did not start on 127.0.0.1:{port}"):
+            start_server(engine, port=port, startup_timeout=0.2)
+    assert servers() <= servers_before  # other tests' servers may still run
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))
+
     with start_server(engine) as server:
         endpoint = server.endpoint
         client = endpoint.openai_client(max_retries=0, timeout=30)
