@@ -121,11 +121,12 @@ def first_query(episode: ls.Episode) -> str:
 
 
 def role_and_verdict(number: int, call: ls.LLMCall) -> str:
-    """The SQL agent's rows: the call's role, the checker's with its verdict (the agent reads a reply
-    that starts with "yes" as yes)."""
+    """The SQL agent's rows: the call's role, the checker's with its verdict as the agent read it."""
+    from lightning_sdk.examples.sql_langchain.agent import is_yes
+
     role = call.agent_name or "?"
     if role == "check_query":
-        return f"{role} ({'yes' if (call.text or '').strip().lower().startswith('yes') else 'no'})"
+        return f"{role} ({'yes' if is_yes(call.text) else 'no'})"
     return role
 
 

@@ -9,6 +9,12 @@ for the two configurations and writes benchmarks/results/roles_learning.md.
         --set episode_timeout_s=900
     python benchmarks/roles_learning.py [--runs runs/learning]
 
+    # credit="step" against "equal" on the same agent (one shared adapter, 20 steps; issue 51):
+    python benchmarks/learning.py --only sql_checked --seeds 0 1 2 --label credit-equal --set steps=20
+    python benchmarks/learning.py --only sql_checked --seeds 0 1 2 --label credit-step --set steps=20 \
+        --set credit=step
+    python benchmarks/roles_learning.py --compare credit   # writes benchmarks/results/roles_credit.md
+
 The held-out reward says how the whole agent did; this says which role did what. From every recorded
 episode (the greedy held-out evaluations every 5 steps, and the sampled training rollouts) it reads:
 
@@ -33,8 +39,34 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere
-RESULT = ROOT / "benchmarks" / "results" / "roles_learning.md"
-ARMS = {"checker-shared": "one shared adapter", "checker-per-role": "one adapter per role"}
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Configurations of `benchmarks/learning.py` read side by side, and where the report goes."""
+
+    title: str
+    arms: dict[str, str]
+    """label -> what the configuration is."""
+    result: Path
+
+
+COMPARISONS = {
+    "checker": Comparison(
+        "shared adapter against one per role",
+        {"checker-shared": "one shared adapter", "checker-per-role": "one adapter per role"},
+        RESULTS / "roles_learning.md",
+    ),
+    "credit": Comparison(
+        'credit="step" against "equal" (one shared adapter, 20 steps)',
+        {"credit-equal": 'credit="equal"', "credit-step": 'credit="step"'},
+        RESULTS / "roles_credit.md",
+    ),
+}
+EXAMPLES = ("sql_langchain", "sql_checked")
+"""The folders `benchmarks/learning.py` keeps this agent's runs under (`--set checker=true`, or the
+`sql_checked` example)."""
 WINDOWS = ((1, 5), (6, 10), (11, 15), (16, 20), (21, 25), (26, 30))
 """Training steps grouped for the sampled rollouts (each step alone is 32 episodes: too noisy)."""
 
@@ -55,19 +87,18 @@ class RoleCounts:
     rewrite_broke: int = 0
 
     def add(self, episode: Any) -> None:
-        from lightning_sdk.examples.sql_langchain.sql_tools import extract_sql, results_match, run_query
+        from lightning_sdk.examples.sql_langchain.agent import answers_question, is_yes
+        from lightning_sdk.examples.sql_langchain.sql_tools import extract_sql, run_query
 
         calls = {call.agent_name: call for call in reversed(episode.all_calls())}  # first call of each
         task = episode.task
-        gold = run_query(task["db_path"], task["gold_sql"])
-        first = run_query(task["db_path"], extract_sql(calls["write_query"].text))
-        right = first.ok and bool(first.tables) and results_match(first.rows, gold.rows, task["ordered"])
+        right = answers_question(task, run_query(task["db_path"], extract_sql(calls["write_query"].text)))
         solved = bool(episode.reward and episode.reward >= 1.0)
         self.episodes += 1
         self.solved += solved
         self.writer_right += right
         if "check_query" in calls:
-            said_yes = (calls["check_query"].text or "").strip().lower().startswith("yes")
+            said_yes = is_yes(calls["check_query"].text)
             self.checked_right += right
             self.yes_to_right += right and said_yes
             self.checked_wrong += not right
@@ -107,7 +138,7 @@ def rates(counts: RoleCounts) -> dict[str, float]:
 
 
 def seed_folders(runs: Path, label: str) -> list[Path]:
-    return sorted((runs / label / "sql_langchain").glob("seed*"))
+    return sorted(folder for example in EXAMPLES for folder in (runs / label / example).glob("seed*"))
 
 
 def arm_table(
@@ -147,18 +178,23 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "learning", help="run folders' root")
+    parser.add_argument(
+        "--compare", choices=sorted(COMPARISONS), default="checker", help="which configurations to read"
+    )
     args = parser.parse_args()
+    comparison = COMPARISONS[args.compare]
+    labels = ", ".join(f"`{label}`" for label in comparison.arms)
     lines = [
-        "# What each role learned: the paper's SQL agent, shared adapter against one per role",
+        f"# What each role learned: the paper's SQL agent, {comparison.title}",
         "",
-        "Written by `python benchmarks/roles_learning.py` on "
+        f"Written by `python benchmarks/roles_learning.py --compare {args.compare}` on "
         + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        + " from the run folders of `benchmarks/learning.py` (`checker-shared`, `checker-per-role`).",
+        + f" from the run folders of `benchmarks/learning.py` ({labels}).",
         "Each cell: the mean over seeds (lowest-highest seed). Held-out: greedy, 50 questions per seed, the",
         "evaluation at each step. Training: the sampled rollouts (temperature 0.7), 32 episodes per step.",
         "",
     ]
-    for label, title in ARMS.items():
+    for label, title in comparison.arms.items():
         seeds = [folder.name for folder in seed_folders(args.runs, label)]
         lines += [f"## {title} (`{label}`, {', '.join(seeds) or 'no seeds yet'})", ""]
         lines += ["Held-out, greedy:", "", *arm_table(args.runs, label, "evaluations.sqlite", None), ""]
@@ -168,8 +204,8 @@ def main() -> None:
             *arm_table(args.runs, label, "episodes.sqlite", WINDOWS),
             "",
         ]
-    RESULT.write_text("\n".join(lines))
-    print(f"written: {RESULT}")
+    comparison.result.write_text("\n".join(lines))
+    print(f"written: {comparison.result}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import lightning_sdk as ls
 from lightning_sdk.examples.sql_langchain.agent import (
     AGENT_NAME,
     answers_question,
+    is_yes,
     prompt_messages,
     sql_agent,
     sql_reward,
@@ -330,6 +331,15 @@ def test_the_checker_s_yes_ends_and_an_error_skips_the_checker(
     # A query that fails needs no checker; after the last attempt nothing is checked either.
     assert [call.agent_name for call in episode.all_calls()] == ["write_query", "rewrite_query"]
     assert episode.reward == 0.0
+
+
+@pytest.mark.parametrize(
+    ("reply", "yes"),
+    [("Yes.", True), ("  YES it does", True), ("No, yes", False), ("", False), (None, False)],
+)
+def test_the_checker_s_reply_is_read_as_its_first_word(reply: str | None, yes: bool) -> None:
+    # The reports (benchmarks/credit_by_call.py, roles_learning.py) read recorded verdicts with it too.
+    assert is_yes(reply) is yes
 
 
 # ------------------------------------------------------------------ training end to end

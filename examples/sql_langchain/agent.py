@@ -53,6 +53,7 @@ __all__ = [
     "chat_model",
     "check_messages",
     "checked_sql_agent",
+    "is_yes",
     "prompt_messages",
     "sql_agent",
     "sql_reward",
@@ -205,6 +206,11 @@ def build_graph(model: BaseChatModel) -> Any:
     return graph.compile()
 
 
+def is_yes(reply: str | None) -> bool:
+    """How the agent reads the checker's reply: yes when it starts with "yes", in any case."""
+    return (reply or "").strip().lower().startswith("yes")
+
+
 def build_checked_graph(model: BaseChatModel) -> Any:
     """The compiled graph of the paper's agent: write, run, check, rewrite (see the module docstring)."""
 
@@ -217,7 +223,7 @@ def build_checked_graph(model: BaseChatModel) -> Any:
 
     def check_query(state: SQLState) -> SQLState:
         reply = model.invoke(check_messages(state["question"], state["sql"], state["result"]))
-        return {"verdict": reply.text.strip().lower().startswith("yes")}
+        return {"verdict": is_yes(reply.text)}
 
     def rewrite_query(state: SQLState) -> SQLState:
         result = state["result"]
