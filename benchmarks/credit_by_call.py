@@ -10,7 +10,7 @@ by whether the episode's first decision was right and whether the episode was so
 - `rag_openai_agents` (first and second call): the first search returned the entry holding the answer
   (the gold answer appears in the tool's result), without which the answer call can only guess;
 - `sql_checked` (each role; the checker split by its verdict): the first query returned the gold rows
-  ("error" when SQLite refused it). A right first query that the checker rejected and the rewrite
+  ("error" when it did not run). A right first query that the checker rejected and the rewrite
   spoiled is the case the episode's outcome alone blames wrongly.
 
     python benchmarks/credit_by_call.py runs/learning/credit-equal/calc_two_step/seed0 \
@@ -107,7 +107,8 @@ def first_search(episode: ls.Episode) -> str:
 
 def first_query(episode: ls.Episode) -> str:
     """The SQL agent's first query, run again on the task's database: "right" when it returns the gold
-    rows (the reward's test), "error" when SQLite refused it, else "wrong"."""
+    rows (the reward's test), "error" when it did not run (SQLite refused it, or the reply held no SQL),
+    else "wrong"."""
     from lightning_sdk.examples.sql_langchain.agent import answers_question
     from lightning_sdk.examples.sql_langchain.sql_tools import extract_sql, run_query
 

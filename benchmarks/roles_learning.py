@@ -1,6 +1,7 @@
 """What each role of the paper's SQL agent learned: the writer, the checker and the rewriter, step by step,
-with one adapter per role against one shared adapter. Reads the run folders `benchmarks/learning.py` kept
-for the two configurations and writes benchmarks/results/roles_learning.md.
+in two configurations side by side: one adapter per role against one shared adapter (`--compare checker`,
+the default; benchmarks/results/roles_learning.md), or `credit="step"` against `"equal"` (`--compare
+credit`; benchmarks/results/roles_credit.md). Reads the run folders `benchmarks/learning.py` kept.
 
     python benchmarks/learning.py --only sql_langchain --seeds 0 1 2 --label checker-shared \\
         --set checker=true

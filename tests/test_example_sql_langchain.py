@@ -337,7 +337,7 @@ def test_the_checker_s_yes_ends_and_an_error_skips_the_checker(
     ("reply", "yes"),
     [("Yes.", True), ("  YES it does", True), ("No, yes", False), ("", False), (None, False)],
 )
-def test_the_checker_s_reply_is_read_as_its_first_word(reply: str | None, yes: bool) -> None:
+def test_the_checker_s_reply_is_yes_when_it_starts_with_yes(reply: str | None, yes: bool) -> None:
     # The reports (benchmarks/credit_by_call.py, roles_learning.py) read recorded verdicts with it too.
     assert is_yes(reply) is yes
 

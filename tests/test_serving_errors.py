@@ -129,7 +129,9 @@ def test_openai_client_raises_typed_errors(served_endpoint) -> None:
         client.completions.create(model=endpoint.model, prompt=[10**9], max_tokens=2)
 
 
-def test_engine_failure_is_a_500_not_a_hang(bundled_model, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_that_does_not_start_leaves_neither_thread_nor_port(
+    bundled_model, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import uvicorn
 
     from lightning_sdk.engine import TransformersEngine
@@ -137,8 +139,8 @@ def test_engine_failure_is_a_500_not_a_hang(bundled_model, monkeypatch: pytest.M
 
     engine = TransformersEngine(bundled_model, max_model_len=256)
 
-    # A server that does not come up in time leaves neither its thread nor its port behind. Its startup
-    # waits until told to exit, as one stuck loading or binding would, so the deadline passes every time.
+    # Its startup waits until told to exit, as one stuck loading or binding would, so the deadline passes
+    # every time.
     async def stuck_startup(self: uvicorn.Server, sockets: object = None) -> None:
         while not self.should_exit:
             await asyncio.sleep(0.01)
@@ -157,7 +159,14 @@ def test_engine_failure_is_a_500_not_a_hang(bundled_model, monkeypatch: pytest.M
     assert servers() <= servers_before  # other tests' servers may still run
     with socket.socket() as again:
         again.bind(("127.0.0.1", port))
+    engine.shutdown()
 
+
+def test_engine_failure_is_a_500_not_a_hang(bundled_model) -> None:
+    from lightning_sdk.engine import TransformersEngine
+    from lightning_sdk.serving import start_server
+
+    engine = TransformersEngine(bundled_model, max_model_len=256)
     with start_server(engine) as server:
         endpoint = server.endpoint
         client = endpoint.openai_client(max_retries=0, timeout=30)
