@@ -8,10 +8,11 @@ and worst seed. Written to benchmarks/results/learning.md (table) and benchmarks
     python benchmarks/learning.py --table                          # only rewrite the table and plots
     python benchmarks/learning.py --table --refresh-details        # also re-read kept run folders
 
-    # step-level credit against equal (issue 51), paired by seed on three multi-call agents:
-    python benchmarks/learning.py --only sql_checked rag_openai_agents calc_two_step --label credit-equal
-    python benchmarks/learning.py --only sql_checked rag_openai_agents calc_two_step --label credit-step \
-        --set credit=step
+    # step-level credit against equal (issue 51), paired by seed on three multi-call agents, 20 steps:
+    python benchmarks/learning.py --only rag_openai_agents calc_two_step --label credit-equal
+    python benchmarks/learning.py --only rag_openai_agents calc_two_step --label credit-step --set credit=step
+    python benchmarks/learning.py --only sql_checked --label credit-equal --set steps=20
+    python benchmarks/learning.py --only sql_checked --label credit-step --set steps=20 --set credit=step
     python benchmarks/learning.py --only calc_two_step --label credit-state-value \
         --set credit=step --set step_estimate=state_value
 
