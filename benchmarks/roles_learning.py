@@ -88,12 +88,12 @@ class RoleCounts:
     rewrite_broke: int = 0
 
     def add(self, episode: Any) -> None:
-        from lightning_sdk.examples.sql_langchain.agent import answers_question, is_yes
-        from lightning_sdk.examples.sql_langchain.sql_tools import extract_sql, run_query
+        from credit_by_call import first_query  # benchmarks/, beside this script
+
+        from lightning_sdk.examples.sql_langchain.agent import is_yes
 
         calls = {call.agent_name: call for call in reversed(episode.all_calls())}  # first call of each
-        task = episode.task
-        right = answers_question(task, run_query(task["db_path"], extract_sql(calls["write_query"].text)))
+        right = first_query(episode) == "right"
         solved = bool(episode.reward and episode.reward >= 1.0)
         self.episodes += 1
         self.solved += solved
