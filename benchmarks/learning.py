@@ -13,6 +13,10 @@ and worst seed. Written to benchmarks/results/learning.md (table) and benchmarks
     python benchmarks/learning.py --only rag_openai_agents calc_two_step --label credit-step --set credit=step
     python benchmarks/learning.py --only sql_checked --label credit-equal --set steps=20
     python benchmarks/learning.py --only sql_checked --label credit-step --set steps=20 --set credit=step
+    # the same pair with the engine in the policy's dtype (the default since issue 59):
+    python benchmarks/learning.py --only calc_two_step --label credit-equal-agree
+    python benchmarks/learning.py --only calc_two_step --label credit-step-agree --set credit=step
+    python benchmarks/learning.py --only quickstart --label policies-agree
     python benchmarks/learning.py --only calc_two_step --label credit-state-value \
         --set credit=step --set step_estimate=state_value
 
@@ -62,10 +66,15 @@ EXAMPLES: dict[str, str] = {
     "(`benchmarks/two_step_calc.py`)",
 }
 
-PAIRED = (("credit-equal", "credit-step"), ("credit-equal", "credit-state-value"))
+PAIRED = (
+    ("credit-equal", "credit-step"),
+    ("credit-equal", "credit-state-value"),
+    ("credit-equal-agree", "credit-step-agree"),
+)
 """Configurations compared seed by seed on the area under the validation curve (the step-credit rule of
 docs/trainer.md: the second becomes the default only if its area is higher in every paired seed on at
-least one example and no example loses more than one standard deviation)."""
+least one example and no example loses more than one standard deviation). The `-agree` pair re-measures
+the first with the engine serving in the policy's dtype (issue 59); the first ran a bfloat16 engine."""
 
 
 # --- one seed, in its own process -------------------------------------------------------------------------
@@ -153,6 +162,8 @@ def run_worker(args: argparse.Namespace) -> None:
         "held_out": held_out_details(args.example, run_dir),
         "training_rollouts": training_details(args.example, run_dir),
         "engine_dtype": read_run_info(run_dir)["starts"][-1].get("engine_dtype"),
+        "policy_dtype": read_run_info(run_dir)["starts"][-1].get("policy_dtype") or "float32",
+        "policy_gap": median_of(history, "mismatch_logratio_abs"),
         "cpu": cpu(),
         "run_dir": str(run_dir),
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -194,9 +205,24 @@ def calls_per_episode(run_dir: Path) -> float:
 
 
 def engine_dtype(result: dict[str, Any]) -> str:
-    """The dtype the seed's rollouts were sampled in. Results written before this was recorded
-    (2026-11-24) all ran vLLM in its default bfloat16."""
-    return result.get("engine_dtype") or "bfloat16"
+    """The dtypes the seed's rollouts were sampled in and its policy trained in, as "engine / policy".
+    Results written before the engine's was recorded (2026-11-24) all ran vLLM in its default bfloat16;
+    every CPU run so far trained in float32 (recorded from 2026-11-28)."""
+    return f"{result.get('engine_dtype') or 'bfloat16'} / {result.get('policy_dtype') or 'float32'}"
+
+
+def median_of(history: list[dict[str, Any]], key: str) -> float:
+    """The median over the steps of a metric (NaN where no step measured it: runs before it existed)."""
+    values = [float(record[key]) for record in history if isinstance(record.get(key), int | float)]
+    finite = sorted(value for value in values if math.isfinite(value))
+    return finite[len(finite) // 2] if finite else math.nan
+
+
+def policy_gap_cell(results: list[dict[str, Any]]) -> str:
+    """The seeds' mean of each run's median engine-against-trainer gap (n/a before it was measured)."""
+    gaps = [result.get("policy_gap") for result in results]
+    measured = [float(gap) for gap in gaps if isinstance(gap, int | float) and math.isfinite(gap)]
+    return f"{mean(measured):.4f}" if measured else "n/a"
 
 
 def signal_share(history: list[dict[str, Any]]) -> float:
@@ -378,11 +404,14 @@ def write_table(command: str) -> None:
         "Held-out reward is greedy, on tasks never trained on; mean ± sd over seeds",
         "(sample standard deviation), worst = the seed with the lowest trained reward. Each seed seeds the",
         "example's data and the trainer. Training = the steps' time (rollout, update, weight sync); wall =",
-        "the whole process (imports, engine start, every evaluation).",
+        "the whole process (imports, engine start, every evaluation). Gap = the median over a run's steps of",
+        "mismatch_logratio_abs (engine against trainer, nats per trained token), mean over seeds; n/a for",
+        "runs from before it was measured (2026-11-28).",
         "",
         "| label | example | seeds | held-out before | held-out after | change | worst seed: after (change) "
-        "| steps | training (min) | wall (min) | peak RSS (GiB) | groups with signal | engine dtype |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| steps | training (min) | wall (min) | peak RSS (GiB) | groups with signal | engine / policy dtype "
+        "| gap (nats) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ordered = sorted(grouped.items(), key=lambda item: (item[0][1], item[0][0]))
     lines += [table_row(label, example, results) for (label, example), results in ordered]
@@ -601,7 +630,8 @@ def table_row(label: str, example: str, results: list[dict[str, Any]]) -> str:
         f"{mean([result['wall_s'] / 60 for result in results]):.1f}",
         f"{max(result['peak_rss_gib'] for result in results):.1f}",
         f"{mean([result['signal_share'] for result in results]):.0%}",
-        "/".join(sorted({engine_dtype(result) for result in results})),
+        ", ".join(sorted({engine_dtype(result) for result in results})),
+        policy_gap_cell(results),
     ]
     return "| " + " | ".join(cells) + " |"
 

@@ -81,6 +81,49 @@ def test_tokens_without_engine_logprobs_get_weight_one():
     assert stats.is_weight_tokens == 1
 
 
+def test_the_gap_between_engine_and_trainer_hand_computed():
+    # Trainer p = 0.4, 0.25, 0.4; engine p = 0.25, 0.4 (unknown for the third token). Ratios r = 1.6 and
+    # 0.625: |log r| = log 1.6 each; k3 = r - 1 - log r = 0.6 - log 1.6 and -0.375 + log 1.6; neither is
+    # outside [1/2, 2]. Advantages 1 and -3 with dapo weights 1/3: |A|-weights 1/3 and 1; capped at 1.5
+    # the weights are 1.5 and 0.625, so the second token loses 0.375 of its signal: 0.375 / (4/3).
+    logprobs = torch.tensor([[LOG(0.4), LOG(0.25), LOG(0.4)]])
+    sampling = torch.tensor([[LOG(0.25), LOG(0.4), 0.0]])
+    known = torch.tensor([[True, True, False]])
+    weights = token_weights(torch.ones(1, 3), "dapo", 1, 3)
+    advantages = torch.tensor([[1.0, -3.0, 1.0]])
+    for cap, removed in ((1.5, 0.375 / (4 / 3)), (None, 0.0)):  # measured with the weight off too
+        _, stats = policy_loss(
+            logprobs,
+            logprobs,
+            advantages,
+            weights,
+            LossOptions(importance_sampling_cap=cap),
+            sampling_logprobs=sampling,
+            has_sampling_logprobs=known,
+        )
+        summary = stats.summary()
+        assert stats.mismatch_tokens == 2
+        assert summary["mismatch_logratio_abs"] == pytest.approx(LOG(1.6))
+        assert summary["mismatch_kl"] == pytest.approx((0.6 - 0.375) / 2)
+        assert summary["mismatch_tail_share"] == 0.0
+        assert summary["mismatch_signal_removed"] == pytest.approx(removed)
+    # A factor of 2.5 counts in the tail; without any engine log-probability nothing is measured (NaN).
+    _, stats = policy_loss(
+        torch.tensor([[LOG(0.5)]]),
+        torch.tensor([[LOG(0.5)]]),
+        torch.ones(1, 1),
+        torch.ones(1, 1),
+        LossOptions(),
+        sampling_logprobs=torch.tensor([[LOG(0.2)]]),
+    )
+    assert stats.summary()["mismatch_tail_share"] == 1.0
+    _, stats = policy_loss(
+        torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), LossOptions()
+    )
+    assert math.isnan(stats.summary()["mismatch_logratio_abs"])
+    assert math.isnan(stats.summary()["mismatch_signal_removed"])
+
+
 def test_k3_kl_to_the_base_model_hand_computed():
     # p = 0.5, p_ref = 0.25: kl = p_ref/p - log(p_ref/p) - 1 = 0.5 + log 2 - 1; gradient (1 - p_ref/p) * beta.
     logprobs = torch.tensor([[LOG(0.5)]], requires_grad=True)

@@ -163,3 +163,36 @@ def test_distributed_ranks_stay_in_sync(tmp_path, unused_tcp_port):
     assert any(
         not torch.allclose(rank0[name], value, atol=1e-6) for name, value in lora_weights(alone).items()
     )
+
+
+def test_a_float16_policy_trains_with_a_dynamic_loss_scale():
+    from lightning_sdk.training.update.loss_scale import INITIAL_SCALE
+
+    model, config = tiny_lora_model(learning_rate=1e-2)
+    model.base_model.model.to(torch.float16)  # the base in float16, as TrainerConfig(dtype="float16")
+    for name, parameter in model.named_parameters():
+        if "lora_" in name:
+            parameter.data = parameter.data.float()  # peft keeps adapters in float32 on a half base
+    optimizer = build_optimizer(model, config)
+    scheduler = build_scheduler(optimizer, config)
+    before = lora_weights(model)
+    stats = train_on_samples(model, optimizer, scheduler, toy_samples(), config)
+    assert stats["optimizer_steps"] == 1 and math.isfinite(stats["grad_norm"])
+    assert any(not torch.equal(before[name], value) for name, value in lora_weights(model).items())
+    group = optimizer.param_groups[0]
+    assert group["loss_scale"] == INITIAL_SCALE and group["loss_scale_good_steps"] == 1
+    # A scale that overflows float16's gradients skips the update and is halved; the weights stay.
+    group["loss_scale"] = 1e38
+    kept = lora_weights(model)
+    stats = train_on_samples(model, optimizer, scheduler, toy_samples(), config)
+    assert stats["skipped_updates"] == 1 and group["loss_scale"] == 5e37
+    assert all(torch.equal(kept[name], value) for name, value in lora_weights(model).items())
+    assert "loss_scale" in optimizer.state_dict()["param_groups"][0]  # saved with every checkpoint
+
+
+def test_a_float32_policy_has_no_loss_scale():
+    _, _, stats = train_tiny(toy_samples())
+    model, config = tiny_lora_model()
+    optimizer = build_optimizer(model, config)
+    train_on_samples(model, optimizer, build_scheduler(optimizer, config), toy_samples(), config)
+    assert "loss_scale" not in optimizer.param_groups[0] and stats["optimizer_steps"] == 1

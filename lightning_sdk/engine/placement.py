@@ -4,9 +4,10 @@ Every device choice of the SDK is made here, from the environment `torchrun` set
 `LOCAL_RANK`, `LOCAL_WORLD_SIZE`) and the number of visible GPUs, so that one tested function decides
 what would otherwise be scattered defaults:
 
-- one process, no GPU: everything on the CPU, training in float32, vLLM in one process, serving in
-  float32 unless the CPU computes bfloat16 natively (`serving_dtype`);
-- one process, GPUs: engine and policy on `cuda:0`, training in bfloat16;
+- one process, no GPU: everything on the CPU, training in float32, vLLM in one process; the engine
+  serves in the policy's dtype while a run trains (`Placement.engine_dtype_while_training`), and when
+  it serves alone in float32 unless the CPU computes bfloat16 natively (`serving_dtype`);
+- one process, GPUs: engine and policy on `cuda:0`, both in bfloat16 (or both in float16);
 - `torchrun` with N processes per node: rank r's engine and policy on `cuda:<local rank>` (gloo on CPUs), and
   vLLM's `external_launcher` executor, so each rank's engine joins the job's process group on its own
   device instead of every rank's engine taking `cuda:0` (vLLM's default single-process executor uses
@@ -42,8 +43,10 @@ def auto_dtype(device: str) -> str:
 
 
 def serving_dtype(on_cpu: bool, native_bf16: bool | None = None) -> str:
-    """What `dtype="auto"` means for the vLLM engine: the checkpoint's dtype on a GPU (vLLM's `"auto"`);
-    on a CPU, bfloat16 where the CPU computes it natively, else float32.
+    """What `dtype="auto"` means for a vLLM engine that serves alone (`lightning-sdk serve`, a
+    `VLLMEngine` built by hand): the checkpoint's dtype on a GPU (vLLM's `"auto"`); on a CPU, bfloat16
+    where the CPU computes it natively, else float32. A training run does not use it: its engine serves
+    in the policy's dtype (`Placement.engine_dtype_while_training`).
 
     An x86 CPU without AVX512-BF16 has no bfloat16 arithmetic: vLLM then runs its bfloat16 kernels by
     converting to float32 and back, and on our 2-core AVX512 machine 32 concurrent chats decoded 1.5-2.5
@@ -115,6 +118,20 @@ class Placement:
     def training_dtype(self, requested: str = "auto") -> str:
         """The policy's dtype: `requested`, with `"auto"` resolved by `auto_dtype` for this device."""
         return auto_dtype(self.device) if requested == "auto" else requested
+
+    def engine_dtype_while_training(self, requested: str = "auto") -> str:
+        """The dtype the co-located engine serves in while a run trains: the policy's own
+        (`training_dtype`), on every device.
+
+        The trainer's importance weights and its PPO ratio compare what the engine sampled with what the
+        policy computes; an engine that rounds to bfloat16 while the policy computes in float32 puts a
+        gap between the two (about 0.03 nats per token on average, ratios up to 9 in the tail), and on a
+        bfloat16 CPU that gap stalled learning (issue 59, docs/engine.md "The two policies agree"). So
+        a CPU serves in float32 while it trains, even where bfloat16 serves faster (`serving_dtype` is
+        for serving alone); a GPU serves in bfloat16 beside a bfloat16 policy, or both in float16 with
+        `TrainerConfig(dtype="float16")`.
+        """
+        return self.training_dtype(requested)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready facts for run files and logs."""

@@ -21,6 +21,7 @@ from lightning_sdk.explorer.episode_views import episode_agents, group_view, sho
 from lightning_sdk.explorer.store_reader import EpisodeFilter, StoreProblem, StoreReader
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.training.records.metrics import METRICS_FILE
+from lightning_sdk.training.records.policy_gap import MISMATCH_HIGH
 from lightning_sdk.training.records.report import (
     MOVING_AVERAGE_STEPS,
     moving_average,
@@ -125,6 +126,16 @@ def charts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "share of calls in a step group": _points(records, "step_group_share"),
                 "mean |episode advantage|": _points(records, "advantage_episode_abs_mean"),
                 "mean |step advantage|": _points(records, "advantage_step_abs_mean"),
+            },
+        ),
+        (
+            "policy_gap",
+            "Engine against trainer: how far the sampling policy is from the one that learns "
+            f"(high above {MISMATCH_HIGH} nats)",
+            {
+                "mean |log ratio| (nats per token)": _points(records, "mismatch_logratio_abs"),
+                "tokens off by more than 2x": _points(records, "mismatch_tail_share"),
+                "signal removed by the importance weights": _points(records, "mismatch_signal_removed"),
             },
         ),
         (

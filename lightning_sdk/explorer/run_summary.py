@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lightning_sdk.training.records.policy_gap import MISMATCH_HIGH
 from lightning_sdk.training.records.report import MOVING_AVERAGE_STEPS, moving_average, signal_share
 
 __all__ = ["summary"]
@@ -62,6 +63,20 @@ def summary(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
             rows.append(
                 (f"{label}, mean over steps", f"{_mean(values):.0%}" if percent else f"{_mean(values):.3f}")
             )
+    gaps = [
+        float(record["mismatch_logratio_abs"])
+        for record in steps
+        if _finite(record.get("mismatch_logratio_abs"))
+    ]
+    if gaps:
+        high = sum(gap > MISMATCH_HIGH for gap in gaps)
+        rows.append(
+            (
+                "engine against trainer: mean |log ratio| per token, median over steps (steps above "
+                f"{MISMATCH_HIGH})",
+                f"{sorted(gaps)[len(gaps) // 2]:.4f} ({high} of {len(gaps)})",
+            )
+        )
     seconds = sorted(float(record["time_step_s"]) for record in steps if _finite(record.get("time_step_s")))
     if seconds:
         rows.append(("seconds per step (median)", f"{seconds[len(seconds) // 2]:.1f}"))

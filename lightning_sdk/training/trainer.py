@@ -319,6 +319,7 @@ class _Loop:
             groups_to_train(rolled.groups, len(tasks)) if config.dynamic_sampling_rounds else rolled.groups
         )
         stats = session.train(samples_from_groups(trained, config))
+        session.warnings.policy_gap(step, stats, getattr(session.engine, "dtype", None), session.policy_dtype)
         stats.update(rollout_metrics(rolled))
         stats.update(signal_counts(rolled.groups, config.success_threshold))
         low_signal = self.signal.warning(step, stats)

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TextIO
 
+from lightning_sdk.training.records.policy_gap import mismatch_is_high
+
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
@@ -200,6 +202,8 @@ class ProgressBar:
         signal, rolled_out = metrics.get("groups_with_signal"), metrics.get("groups_rolled_out")
         if isinstance(signal, int) and isinstance(rolled_out, int) and rolled_out:
             parts.append(f"signal={signal}/{rolled_out}")  # groups GRPO could learn from
+        if mismatch_is_high(metrics):  # the engine samples from another policy than the one that learns
+            parts.append(f"gap={metrics['mismatch_logratio_abs']:.3f}")
         shared = metrics.get("step_group_share")
         if isinstance(shared, (int, float)) and math.isfinite(shared):
             parts.append(f"shared={shared:.0%}")  # credit="step": calls whose state another sample faced

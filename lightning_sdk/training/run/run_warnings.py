@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_sdk.tracing.routing import Router
+from lightning_sdk.training.records.policy_gap import mismatch_is_high, mismatch_warning
 
 __all__ = ["RunWarnings"]
 
@@ -37,6 +38,19 @@ class RunWarnings:
     steps_without_step_groups: int = 0
     """Consecutive steps under `credit="step"` whose `step_group_share` was below `FEW_STEP_GROUPS`."""
     warned_step_groups: bool = False
+    warned_policy_gap: bool = False
+    """A step's engine and trainer policies were found apart (`mismatch_is_high`)."""
+
+    def policy_gap(
+        self, step: int, step_metrics: Mapping[str, Any], engine_dtype: str | None, policy_dtype: str
+    ) -> None:
+        """The first step whose gap between the engine's sampling log-probabilities and the trainer's is
+        high: say what it measured, the cause it can see and the setting that removes it (once; the
+        `mismatch_*` metrics and the progress line's `gap=` keep showing it)."""
+        if self.warned_policy_gap or not mismatch_is_high(step_metrics):
+            return
+        self.warned_policy_gap = True
+        log.warning("%s", mismatch_warning(step, step_metrics, engine_dtype, policy_dtype))
 
     def unused_routes(self, routes: object, router: Router | None) -> None:
         """After the run's first rollouts: say which keys of `routes` selected no call, with the models the

@@ -129,7 +129,9 @@ class TrainingSession:
         with ExitStack() as opened:
             distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
             opened.callback(distributed.close)
-            engine, owns_engine = start_engine(model, config, engine_kind, engine_options, distributed.rank)
+            engine, owns_engine = start_engine(
+                model, config, engine_kind, engine_options, distributed.rank, placement
+            )
             if owns_engine:
                 opened.callback(engine.shutdown)
             check_engine_serves_roles(engine, config)
@@ -216,6 +218,11 @@ class TrainingSession:
         """Where the newest adapter is written after every step (and the final adapter at the end)."""
         return self.run_dir / "adapter"
 
+    @property
+    def policy_dtype(self) -> str:
+        """The dtype the policy's base weights compute in (e.g. `"float32"`)."""
+        return str(next(self.policy_model.parameters()).dtype).removeprefix("torch.")
+
     def describe(self) -> dict[str, Any]:
         """Facts about the run for `run.json`."""
         engine = self.engine
@@ -224,6 +231,7 @@ class TrainingSession:
             "model_path": str(engine.model.path),
             "engine": type(engine).__name__,
             "engine_dtype": getattr(engine, "dtype", None),
+            "policy_dtype": self.policy_dtype,
             "weight_sync": getattr(engine, "weight_sync", None),
             "world_size": self.world_size,
             "endpoint": self.endpoint.base_url,

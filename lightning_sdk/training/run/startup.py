@@ -42,6 +42,7 @@ __all__ = [
     "seed_everything",
     "start_endpoint",
     "start_engine",
+    "warn_if_dtypes_differ",
 ]
 
 log = logging.getLogger("lightning_sdk.training")
@@ -164,15 +165,23 @@ def start_engine(
     engine_kind: str | Engine,
     engine_options: dict[str, Any],
     rank: int,
+    placement: Placement,
 ) -> tuple[Engine, bool]:
-    """The run's engine, and whether the run owns it (started it here, so shuts it down at the end)."""
+    """The run's engine, and whether the run owns it (started it here, so shuts it down at the end).
+
+    The engine serves in the policy's dtype (`Placement.engine_dtype_while_training`) unless
+    `engine_options` name another; a caller's engine in another dtype is used as it is, with a warning."""
+    policy_dtype = placement.engine_dtype_while_training(config.dtype)
     if not isinstance(engine_kind, str):  # an Engine the caller built and keeps (tests, notebooks)
+        warn_if_dtypes_differ(getattr(engine_kind, "dtype", None), policy_dtype, "the engine passed to fit")
         return engine_kind, False
     from lightning_sdk.engine.factory import create_engine
     from lightning_sdk.engine.models.resolve import resolve_model
     from lightning_sdk.engine.vllm.setup import vllm_available
 
-    options = {"seed": config.seed + rank, **engine_options}
+    options = {"seed": config.seed + rank, "dtype": policy_dtype, **engine_options}
+    if options["dtype"] != policy_dtype:
+        warn_if_dtypes_differ(options["dtype"], policy_dtype, "engine_options['dtype']")
     if config.weight_sync != "auto":
         options.setdefault("weight_sync", config.weight_sync)  # the engine's names
     roles = config.role_adapters()
@@ -191,6 +200,24 @@ def start_engine(
     log.info("starting the %s engine on %s", engine_kind, resolved.name)
     # create_engine refuses a name that is not an EngineKind, with the names it takes.
     return create_engine(resolved, engine=cast("EngineKind", engine_kind), **options), True
+
+
+def warn_if_dtypes_differ(engine_dtype: object, policy_dtype: str, whose: str) -> None:
+    """Say at the start, once, when the engine will sample in another dtype than the policy learns in:
+    the gap between the two policies (metrics `mismatch_*`) then comes from rounding, not learning."""
+    if engine_dtype is None or str(engine_dtype) == policy_dtype:
+        return
+    log.warning(
+        "%s serves in %s while the policy trains in %s: the engine's sampling log-probabilities will differ "
+        "from the trainer's by rounding (the mismatch_* metrics measure it), which slows learning (docs/"
+        "engine.md, the two policies agree). Let the trainer start the engine (it serves in %s), or build it "
+        "with dtype=%r.",
+        whose,
+        engine_dtype,
+        policy_dtype,
+        policy_dtype,
+        policy_dtype,
+    )
 
 
 def check_roles_fit_the_job(config: TrainerConfig, world_size: int) -> None:

@@ -20,10 +20,18 @@ lag), `logp_ref` the base model (adapter disabled). The token losses are then co
 
 `N` and `T` count the whole mini-batch (every micro-batch of one optimizer step), so gradient
 accumulation gives the same update as one big batch.
+
+The gap between the two policies (`logp_engine` against `logp_old`, the training-inference mismatch) is
+measured on every trained token whose engine log-probability is known, whether or not the weight is on
+(`mismatch_sums`): with `r_t = exp(logp_old_t - logp_engine_t)`, the mean `|log r_t|`, the k3 estimate
+`E[r - 1 - log r]` of KL(engine || trainer) (the tokens were sampled by the engine, so it is unbiased),
+the share of tokens with `r_t` outside [1/2, 2], and the share of the loss's `|A|` weight that the
+importance weights took away (`sum weight_t |A_t| (1 - min(w_t, 1)) / sum weight_t |A_t|`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,7 +40,11 @@ import torch
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
 
-__all__ = ["LossOptions", "LossStats", "policy_loss", "token_weights"]
+__all__ = ["MISMATCH_TAIL_RATIO", "LossOptions", "LossStats", "mismatch_sums", "policy_loss", "token_weights"]
+
+MISMATCH_TAIL_RATIO = 2.0
+"""A token whose ratio `p_trainer / p_engine` is above this or below its inverse counts in
+`mismatch_tail_share`: where the two policies disagree by a factor of two on what was sampled."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,12 @@ class LossStats:
     kl_sum: float = 0.0
     entropy_sum: float = 0.0
     loss: float = 0.0
+    mismatch_tokens: float = 0.0
+    mismatch_abs_sum: float = 0.0
+    mismatch_kl_sum: float = 0.0
+    mismatch_tail: float = 0.0
+    signal_sum: float = 0.0
+    signal_removed_sum: float = 0.0
 
     def add(self, other: LossStats) -> None:
         """Accumulate another micro-batch's sums."""
@@ -93,9 +111,11 @@ class LossStats:
 
     def summary(self) -> dict[str, float]:
         """Per-token means: clip fraction, PPO ratio, importance ratio (mean, max, capped fraction), KL,
-        entropy, and the summed loss."""
+        entropy, the gap between the engine's and the trainer's policy (`mismatch_*`, NaN when no token
+        had an engine log-probability), and the summed loss."""
         tokens = max(self.tokens, 1.0)
         weighted = max(self.is_weight_tokens, 1.0)
+        compared = self.mismatch_tokens or math.nan
         return {
             "loss": self.loss,
             "clip_fraction": self.clipped / tokens,
@@ -106,6 +126,12 @@ class LossStats:
             "kl": self.kl_sum / tokens,
             "entropy": self.entropy_sum / tokens,
             "trained_tokens": self.tokens,
+            "mismatch_logratio_abs": self.mismatch_abs_sum / compared,
+            "mismatch_kl": self.mismatch_kl_sum / compared,
+            "mismatch_tail_share": self.mismatch_tail / compared,
+            "mismatch_signal_removed": (
+                self.signal_removed_sum / self.signal_sum if self.signal_sum else 0.0 * compared
+            ),
         }
 
 
@@ -162,16 +188,21 @@ def policy_loss(
     stats.clipped = float(((clipped_loss > unclipped_loss) & mask).sum())
     stats.ratio_sum = float(ratio.detach()[mask].sum())
 
-    if options.importance_sampling_cap is not None and sampling_logprobs is not None:
+    if sampling_logprobs is not None:
         known = mask if has_sampling_logprobs is None else mask & has_sampling_logprobs
-        raw = torch.exp(old_logprobs.detach() - sampling_logprobs)
-        importance = torch.where(known, raw.clamp(max=options.importance_sampling_cap), torch.ones_like(raw))
-        token_loss = token_loss * importance
-        stats.is_weight_tokens = float(known.sum())
-        if stats.is_weight_tokens:
-            stats.is_ratio_sum = float(raw[known].sum())
-            stats.is_ratio_max = float(raw[known].max())
-            stats.is_capped = float((raw[known] > options.importance_sampling_cap).sum())
+        importance = None
+        if options.importance_sampling_cap is not None:
+            raw = torch.exp(old_logprobs.detach() - sampling_logprobs)
+            importance = torch.where(
+                known, raw.clamp(max=options.importance_sampling_cap), torch.ones_like(raw)
+            )
+            token_loss = token_loss * importance
+            stats.is_weight_tokens = float(known.sum())
+            if stats.is_weight_tokens:
+                stats.is_ratio_sum = float(raw[known].sum())
+                stats.is_ratio_max = float(raw[known].max())
+                stats.is_capped = float((raw[known] > options.importance_sampling_cap).sum())
+        mismatch_sums(stats, old_logprobs.detach(), sampling_logprobs, known, advantages, weights, importance)
 
     if ref_logprobs is not None:
         log_ratio = ref_logprobs - logprobs
@@ -186,3 +217,31 @@ def policy_loss(
     loss = torch.where(mask, token_loss * weights, torch.zeros_like(token_loss)).sum()
     stats.loss = float(loss.detach())
     return loss, stats
+
+
+def mismatch_sums(
+    stats: LossStats,
+    old_logprobs: torch.Tensor,
+    sampling_logprobs: torch.Tensor,
+    known: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    importance: torch.Tensor | None,
+) -> None:
+    """Add one micro-batch's sums of the gap between the trainer's policy (`old_logprobs`, before this
+    step's updates) and the engine's (`sampling_logprobs`) over the `known` tokens to `stats`; with
+    `importance` (the truncated weights applied), also how much of the `weights * |advantages|` signal
+    they took away. See the module docstring for the definitions."""
+    if not bool(known.any()):
+        return
+    log_ratio = (old_logprobs - sampling_logprobs)[known].double()
+    stats.mismatch_tokens += float(known.sum())
+    stats.mismatch_abs_sum += float(log_ratio.abs().sum())
+    # k3: r - 1 - log r >= 0 for every token (expm1 keeps the small gaps of float32 from cancelling).
+    stats.mismatch_kl_sum += float((torch.expm1(log_ratio) - log_ratio).sum())
+    stats.mismatch_tail += float((log_ratio.abs() > math.log(MISMATCH_TAIL_RATIO)).sum())
+    signal = (weights * advantages.abs())[known].double()
+    stats.signal_sum += float(signal.sum())
+    if importance is not None:
+        removed = (1.0 - importance[known].double()).clamp(min=0.0)
+        stats.signal_removed_sum += float((signal * removed).sum())

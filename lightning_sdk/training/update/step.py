@@ -16,6 +16,7 @@ from lightning_sdk.training.update.forward.batching import Batch, batch_tokens, 
 from lightning_sdk.training.update.forward.logprobs import default_layout, plan_micro_batches, token_logprobs
 from lightning_sdk.training.update.lora import reference_adapter
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
+from lightning_sdk.training.update.loss_scale import loss_scale, unscale_gradients, update_loss_scale
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -125,9 +126,11 @@ def train_on_samples(
     model.train()
     totals = LossStats()
     grad_norms: list[float | None] = []
+    scale = loss_scale(model, optimizer)  # a float16 policy's gradients need it; None otherwise
     for batches, old_of_batches in zip(plan, old, strict=True):
-        _accumulate_gradients(model, batches, old_of_batches, options, totals)
-        grad_norms.append(optimizer_step(optimizer, config.max_grad_norm))
+        _accumulate_gradients(model, batches, old_of_batches, options, totals, scale)
+        grad_norms.append(optimizer_step(optimizer, config.max_grad_norm, scale))
+        scale = loss_scale(model, optimizer)
     if advance_schedule:
         advance(scheduler)
     return {
@@ -142,9 +145,11 @@ def _accumulate_gradients(
     old_logprobs: list[torch.Tensor] | None,
     options: LossOptions,
     totals: LossStats,
+    scale: float | None = None,
 ) -> None:
     """Backpropagate the loss of one mini-batch's micro-batches and add their statistics to `totals`.
-    `old_logprobs`: per micro-batch, the log-probabilities before this step's updates (None: on-policy)."""
+    `old_logprobs`: per micro-batch, the log-probabilities before this step's updates (None: on-policy);
+    `scale`: the loss scale of a float16 policy (`update/loss_scale.py`)."""
     num_sequences = sum(batch.num_sequences for batch in batches)
     num_tokens = int(sum(float(batch.loss_mask.sum()) for batch in batches))
     for micro_index, batch in enumerate(batches):
@@ -167,19 +172,26 @@ def _accumulate_gradients(
                 ref_logprobs=reference,
                 entropy=entropy,
             )
-            loss.backward()  # type: ignore[no-untyped-call]
+            (loss if scale is None else loss * scale).backward()  # type: ignore[no-untyped-call]
         totals.add(stats)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float | None:
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, max_grad_norm: float | None, scale: float | None = None
+) -> float | None:
     """Clip the accumulated gradients and step; the gradient norm, or None when it was not finite and the
-    update was skipped. The gradients are cleared either way."""
+    update was skipped. The gradients are cleared either way. With `scale` (a float16 policy's loss
+    scale) the gradients are divided by it first, and the scale follows the outcome."""
+    if scale is not None:
+        unscale_gradients(optimizer, scale)
     parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
     max_norm = max_grad_norm if max_grad_norm is not None else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
     finite = math.isfinite(grad_norm)
     if finite:
         optimizer.step()
+    if scale is not None:
+        update_loss_scale(optimizer, finite)
     optimizer.zero_grad(set_to_none=True)
     return grad_norm if finite else None
 
