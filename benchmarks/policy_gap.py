@@ -88,7 +88,7 @@ def write_table() -> None:
         times = [_median([step[key] for step in steps[1:] or steps]) for key in TIME_KEYS]
         rows.append(
             f"| {result['engine_dtype']} | {result['policy_dtype']} | {result['seed']} | {len(steps)} | "
-            f"{gap[0]:.4f} | {worst:.4f} | {gap[1]:.5f} | {gap[2]:.2%} | {gap[3]:.2%} | "
+            f"{gap[0]:.2g} | {worst:.2g} | {gap[1]:.2g} | {gap[2]:.2%} | {gap[3]:.2%} | "
             f"{times[0]:.1f} | {times[1]:.1f} | {times[2]:.1f} | {result['cpu']} | {result['date']} |"
         )
     TABLE.write_text(

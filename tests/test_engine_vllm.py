@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from lightning_sdk.engine import Engine, PromptTooLongError, SamplingParams
-from lightning_sdk.engine.placement import cpu_has_native_bf16
 from lightning_sdk.engine.text import complete_text
 from tests.fixtures.greedy import assert_greedy_agrees, engine_margins
 
@@ -21,9 +20,9 @@ def test_engine_satisfies_the_protocol(vllm_engine) -> None:
     assert vllm_engine.weight_sync == ("merge" if vllm_engine.on_cpu else "lora")
     assert vllm_engine.max_model_len == 2048
     assert (vllm_engine.model.path / "config.json").is_file()
-    # "auto" on a CPU: float32 unless the CPU has bfloat16 arithmetic (vLLM's own default is bfloat16).
+    # The shared engine serves as a training run's does: in the policy's dtype, float32 on any CPU.
     if vllm_engine.on_cpu:
-        assert vllm_engine.dtype == ("bfloat16" if cpu_has_native_bf16() else "float32")
+        assert vllm_engine.dtype == "float32"
 
 
 def test_batch_generate_returns_ids_logprobs_and_text(vllm_engine, chat_prompt_ids) -> None:

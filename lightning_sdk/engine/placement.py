@@ -125,7 +125,7 @@ class Placement:
 
         The trainer's importance weights and its PPO ratio compare what the engine sampled with what the
         policy computes; an engine that rounds to bfloat16 while the policy computes in float32 puts a
-        gap between the two (about 0.03 nats per token on average, ratios up to 9 in the tail), and on a
+        gap between the two (0.01-0.05 nats per token on average, ratios up to 9 in the tail), and on a
         bfloat16 CPU that gap stalled learning (issue 59, docs/engine.md "The two policies agree"). So
         a CPU serves in float32 while it trains, even where bfloat16 serves faster (`serving_dtype` is
         for serving alone); a GPU serves in bfloat16 beside a bfloat16 policy, or both in float16 with

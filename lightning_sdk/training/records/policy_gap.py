@@ -3,8 +3,9 @@
 Every step measures, over its trained tokens, how far the engine's sampling log-probability is from the
 trainer's own (`logp_old`, before the step's update): the `mismatch_*` metrics of
 `training/update/loss.py`. With both sides in float32 on a CPU the gap is rounding between two sets of
-kernels, about 1e-4 nats per token; an engine that serves in bfloat16 beside a float32 policy puts it
-near 0.03, with single tokens off by a factor of 9, and learning stalls (issue 59). `MISMATCH_HIGH` sits
+kernels, 2-3e-6 nats per token (no token off by more than 0.005%); an engine that serves in bfloat16
+beside a float32 policy puts it at 0.01-0.05, with single tokens off by a factor of 9, and learning
+stalls (issue 59). `MISMATCH_HIGH` sits
 between the two (docs/engine.md, "The two policies agree", has the measured rows). A step over it shows
 `gap=` on the progress line, and the run warns once with the cause it can see.
 """
@@ -18,9 +19,9 @@ from typing import Any
 __all__ = ["MISMATCH_HIGH", "mismatch_is_high", "mismatch_warning"]
 
 MISMATCH_HIGH = 0.005
-"""Mean |log(p_trainer / p_engine)| per trained token, in nats, above which a step's gap is high: ten
-times and more what float32 on both sides measured, under a fifth of what a bfloat16 engine beside a
-float32 policy measured (`benchmarks/results/policy_gap.md`)."""
+"""Mean |log(p_trainer / p_engine)| per trained token, in nats, above which a step's gap is high: over a
+thousand times what float32 on both sides measured, half the lowest step of a bfloat16 engine beside a
+float32 policy (`benchmarks/results/policy_gap.md`)."""
 
 
 def mismatch_is_high(metrics: Mapping[str, Any]) -> bool:
@@ -37,7 +38,7 @@ def mismatch_warning(
     measured = (
         f"step {step}: the engine's sampling log-probabilities differ from the trainer's own by "
         f"{metrics['mismatch_logratio_abs']:.3f} nats per trained token on average (float32 on both sides: "
-        f"about 0.0001; warned above {MISMATCH_HIGH}), "
+        f"about 0.000003; warned above {MISMATCH_HIGH}), "
         f"{_share(metrics.get('mismatch_tail_share'))} of tokens by more than a factor of 2, and the "
         f"importance weights removed {_share(metrics.get('mismatch_signal_removed'))} of the update's "
         "signal. "
@@ -52,9 +53,9 @@ def mismatch_warning(
         )
     if policy_dtype == "bfloat16":
         return measured + (
-            "Cause: both sides compute in bfloat16, whose rounding differs between the engine's kernels and "
-            "the trainer's. On a GPU, TrainerConfig(dtype='float16') runs both in float16 (8 more bits of "
-            "mantissa), or dtype='float32' where memory allows."
+            "Cause: both sides compute in bfloat16, whose rounding differs between the engine's kernels "
+            "and the trainer's. On a GPU, TrainerConfig(dtype='float16') runs both in float16 (three more "
+            "bits of mantissa), or dtype='float32' where memory allows."
         )
     return measured + (
         "Both sides compute in the same dtype, so look at what else changes the sampled distribution: an "
