@@ -40,8 +40,9 @@ test: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 	$(BIN)/python -m pytest -ra
 
-# The suite as a CPU without bfloat16 arithmetic (an AMD EPYC, say) runs it, on any CPU: the engine serves
-# in float32 there (lightning_sdk.engine.placement.serving_dtype). CI runs what its machine has.
+# The suite as a CPU without bfloat16 arithmetic (an AMD EPYC, say) runs it, on any CPU: an engine serving
+# alone serves in float32 there (lightning_sdk.engine.placement.serving_dtype); the shared test engine, as
+# a training run's, serves in float32 on every CPU. CI runs what its machine has.
 test-float32:
 	LIGHTNING_SDK_CPU_BF16=0 $(MAKE) test
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -74,7 +75,7 @@ def cpu_name() -> str:
 
 
 def _median(values: list[Any]) -> float:
-    numbers = [float(value) for value in values if isinstance(value, int | float)]
+    numbers = [float(value) for value in values if isinstance(value, int | float) and math.isfinite(value)]
     return statistics.median(numbers) if numbers else float("nan")
 
 
@@ -84,7 +85,11 @@ def write_table() -> None:
         result = json.loads(path.read_text())
         steps = result["steps"]
         gap = [_median([step[key] for step in steps]) for key in GAP_KEYS]
-        worst = max((float(step["mismatch_logratio_abs"] or 0.0) for step in steps), default=float("nan"))
+        gaps = [step["mismatch_logratio_abs"] for step in steps]
+        worst = max(
+            (float(gap) for gap in gaps if isinstance(gap, int | float) and math.isfinite(gap)),
+            default=math.nan,
+        )
         times = [_median([step[key] for step in steps[1:] or steps]) for key in TIME_KEYS]
         rows.append(
             f"| {result['engine_dtype']} | {result['policy_dtype']} | {result['seed']} | {len(steps)} | "

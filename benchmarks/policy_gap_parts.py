@@ -2,14 +2,15 @@
 merged adapter update (issue 59, "find out the rest").
 
 Reads a finished `benchmarks/policy_gap.py` run whose engine served in bfloat16 (its adapter and the
-sampled calls of its last steps), and scores those calls' sampled tokens in float32 arithmetic under four
+sampled calls of its last steps), and scores those calls' sampled tokens in float32 arithmetic under five
 sets of weights, so that kernels play no part and only the weights differ:
 
 - `trainer`: the base weights W plus the adapter's update D, in float32: the policy that learns;
 - `base`: W alone (how much the adapter moved each token: the update's own size);
 - `merged, rounded`: bfloat16(W + D), what the engine's merged push serves;
 - `base rounded, update exact`: bfloat16(W) + D, which a hot-loaded LoRA adapter (`weight_sync="lora"`)
-  serves: the rounding of W alone.
+  serves: the rounding of W alone;
+- `base rounded`: bfloat16(W), the reference the kept share of the update is measured from.
 
 and reports each one's mean |log p - log p_trainer| per token, the share of the update's effect that
 survives (the least-squares slope of `log p_variant - log p_base(rounded)` on `log p_trainer - log p_base`),

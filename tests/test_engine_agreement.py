@@ -17,10 +17,11 @@ QUESTIONS = [
 
 
 def test_greedy_outputs_agree(vllm_engine, transformers_engine, chat_prompt_ids) -> None:
-    # vLLM serves in bfloat16, transformers computes in float32 from the same bf16 weights. The greedy
-    # paths are identical until a position where two tokens are nearly tied (bf16 rounding can flip the
-    # argmax there: on "Write a haiku about the sea." vLLM sees an exact tie at token 17). So: equal up to
-    # the first divergence, which may only happen at a near tie that both engines rank in their top 2.
+    # Both compute in float32 here (the shared vLLM engine serves as a training run's does), with
+    # different kernels; vLLM in bfloat16 (serving alone on a CPU with bfloat16 arithmetic) rounds more. The
+    # greedy paths are identical until a position where two tokens are nearly tied (rounding can flip the
+    # argmax there: on "Write a haiku about the sea." bfloat16 vLLM saw an exact tie at token 17). So: equal
+    # up to the first divergence, which may only happen at a near tie that both engines rank in their top 2.
     prompts = [chat_prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
     greedy = SamplingParams(temperature=0, max_tokens=32, top_logprobs=2)
     from_vllm = vllm_engine.generate(prompts, greedy)

@@ -82,6 +82,16 @@ def test_auto_dtype_by_device() -> None:
     assert [auto_dtype(d) for d in ("cpu", "cuda:0", "cuda")] == ["float32", "bfloat16", "bfloat16"]
 
 
+def test_a_training_engine_serves_in_the_policys_dtype() -> None:
+    # Serving alone, a CPU with bfloat16 arithmetic serves bfloat16; a training run's engine never does
+    # beside a float32 policy (issue 59): it takes the policy's dtype, as asked or as "auto" resolves it.
+    cpu, gpu = plan_placement({}, cuda_devices=0), plan_placement({}, cuda_devices=1)
+    assert serving_dtype(on_cpu=True, native_bf16=True) == "bfloat16"
+    assert cpu.engine_dtype_while_training() == cpu.training_dtype() == "float32"
+    assert gpu.engine_dtype_while_training() == "bfloat16"
+    assert gpu.engine_dtype_while_training("float16") == gpu.training_dtype("float16") == "float16"
+
+
 def test_one_process_joins_no_process_group() -> None:
     distributed = Distributed.from_environment(plan_placement({}, cuda_devices=0))
     assert (distributed.world_size, distributed.device, distributed.initialized_here) == (1, "cpu", False)

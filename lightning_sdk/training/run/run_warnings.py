@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_sdk.tracing.routing import Router
-from lightning_sdk.training.records.policy_gap import mismatch_is_high, mismatch_warning
+from lightning_sdk.training.records.policy_gap import mismatch_is_expected, mismatch_is_high, mismatch_warning
 
 __all__ = ["RunWarnings"]
 
@@ -50,7 +50,8 @@ class RunWarnings:
         if self.warned_policy_gap or not mismatch_is_high(step_metrics):
             return
         self.warned_policy_gap = True
-        log.warning("%s", mismatch_warning(step, step_metrics, engine_dtype, policy_dtype))
+        level = logging.INFO if mismatch_is_expected(engine_dtype, policy_dtype) else logging.WARNING
+        log.log(level, "%s", mismatch_warning(step, step_metrics, engine_dtype, policy_dtype))
 
     def unused_routes(self, routes: object, router: Router | None) -> None:
         """After the run's first rollouts: say which keys of `routes` selected no call, with the models the

@@ -180,8 +180,6 @@ def start_engine(
     from lightning_sdk.engine.vllm.setup import vllm_available
 
     options = {"seed": config.seed + rank, "dtype": policy_dtype, **engine_options}
-    if options["dtype"] != policy_dtype:
-        warn_if_dtypes_differ(options["dtype"], policy_dtype, "engine_options['dtype']")
     if config.weight_sync != "auto":
         options.setdefault("weight_sync", config.weight_sync)  # the engine's names
     roles = config.role_adapters()
@@ -199,7 +197,12 @@ def start_engine(
     resolved = resolve_model(model)
     log.info("starting the %s engine on %s", engine_kind, resolved.name)
     # create_engine refuses a name that is not an EngineKind, with the names it takes.
-    return create_engine(resolved, engine=cast("EngineKind", engine_kind), **options), True
+    engine = create_engine(resolved, engine=cast("EngineKind", engine_kind), **options)
+    # Compared once started: the engine resolves "auto" and aliases ("half") to the dtype it computes in.
+    warn_if_dtypes_differ(
+        getattr(engine, "dtype", None), policy_dtype, "the engine (engine_options['dtype'])"
+    )
+    return engine, True
 
 
 def warn_if_dtypes_differ(engine_dtype: object, policy_dtype: str, whose: str) -> None:

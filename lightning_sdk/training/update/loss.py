@@ -126,6 +126,7 @@ class LossStats:
             "kl": self.kl_sum / tokens,
             "entropy": self.entropy_sum / tokens,
             "trained_tokens": self.tokens,
+            "mismatch_tokens": self.mismatch_tokens,
             "mismatch_logratio_abs": self.mismatch_abs_sum / compared,
             "mismatch_kl": self.mismatch_kl_sum / compared,
             "mismatch_tail_share": self.mismatch_tail / compared,

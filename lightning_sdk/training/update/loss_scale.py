@@ -26,8 +26,9 @@ GROWTH_INTERVAL = 200
 
 
 def loss_scale(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> float | None:
-    """The scale to multiply the loss by, or None when the policy's base weights are not float16."""
-    if next(model.parameters()).dtype != torch.float16:
+    """The scale to multiply the loss by, or None when no weight of the policy is float16 (a model may
+    keep some modules, such as its embeddings, in float32 beside float16 layers)."""
+    if not any(parameter.dtype == torch.float16 for parameter in model.parameters()):
         return None
     group = optimizer.param_groups[0]
     group.setdefault("loss_scale_good_steps", 0)

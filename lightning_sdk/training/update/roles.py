@@ -28,7 +28,9 @@ __all__ = ["ROLE_METRICS", "RolesUpdate", "train_each_role"]
 
 ROLE_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_fraction", "trained_sequences", "trained_tokens")
 """The update's statistics reported per role too, as `<name>/<role>`."""
-_SUMMED = frozenset({"trained_sequences", "trained_tokens", "optimizer_steps", "skipped_updates"})
+_SUMMED = frozenset(
+    {"trained_sequences", "trained_tokens", "optimizer_steps", "skipped_updates", "mismatch_tokens"}
+)
 
 
 class RolesUpdate:
@@ -79,7 +81,9 @@ def _combined(stats: list[dict[str, float]], learning_rate: float) -> dict[str, 
         combined[name] = sum(role.get(name, 0) for role in stats)
     names = {name for role in stats for name in role} - _SUMMED - {"learning_rate"}
     for name in names:
-        pairs = [(role[name], role.get("trained_tokens", 0)) for role in stats if name in role]
+        # The gap is a mean over the tokens that had an engine log-probability: weigh each role by those.
+        weight = "mismatch_tokens" if name.startswith("mismatch_") else "trained_tokens"
+        pairs = [(role[name], role.get(weight, 0)) for role in stats if name in role]
         values = [value for value, _ in pairs if not math.isnan(value)]
         if name.endswith("_max"):
             combined[name] = max(values) if values else math.nan

@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.update.forward.batching import collate
 from lightning_sdk.training.update.forward.logprobs import plan_micro_batches, token_logprobs
+from lightning_sdk.training.update.loss_scale import loss_scale
 from lightning_sdk.training.update.step import advance, optimizer_step
 
 if TYPE_CHECKING:
@@ -43,13 +44,14 @@ def sft_update(
     tokens = sum(sample.num_trained_tokens for sample in samples)
     model.train()
     total = 0.0
+    scale = loss_scale(model, optimizer)  # a float16 policy's gradients need it; None otherwise
     for chunk in plan_micro_batches(model, samples, config.micro_batch_size, config.micro_batch_tokens):
         batch = collate(chunk, pad_token_id, device)
         logprobs, _ = token_logprobs(model, batch, with_entropy=False, chunk_tokens=config.logit_chunk_tokens)
         loss = -(logprobs * batch.loss_mask).sum() / tokens
-        loss.backward()  # type: ignore[no-untyped-call]
+        (loss if scale is None else loss * scale).backward()  # type: ignore[no-untyped-call]
         total += float(loss.detach())
-    grad_norm = optimizer_step(optimizer, config.max_grad_norm)
+    grad_norm = optimizer_step(optimizer, config.max_grad_norm, scale)
     advance(scheduler)
     return {
         "loss": total,

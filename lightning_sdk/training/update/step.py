@@ -93,7 +93,9 @@ def train_on_samples(
     adapters in one step and advances it once, with `advance`).
 
     Returns a dict with `loss`, `grad_norm`, `learning_rate`, `clip_fraction`, `ratio_mean`,
-    `importance_ratio_mean`, `importance_ratio_max`, `importance_capped_fraction`, `kl`, `entropy`,
+    `importance_ratio_mean`, `importance_ratio_max`, `importance_capped_fraction`, `kl`, `entropy`, the
+    engine-against-trainer gap (`mismatch_tokens`, `mismatch_logratio_abs`, `mismatch_kl`,
+    `mismatch_tail_share`, `mismatch_signal_removed`: `update/loss.py`),
     `trained_tokens`, `trained_sequences`, `optimizer_steps`, `skipped_updates` and
     `micro_batch_tokens_max` (the tokens of the largest forward pass, as `micro_batch_tokens` counts them:
     what the sizing rule needs to say what the step used).
