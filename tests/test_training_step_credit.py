@@ -9,7 +9,8 @@ import pytest
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.store import EpisodeStore
 from lightning_sdk.training.algorithm.advantages import group_advantages
-from lightning_sdk.training.algorithm.prepare import CALL_CREDIT_KEYS, prepare_group, samples_from_groups
+from lightning_sdk.training.algorithm.call_credit import CALL_CREDIT_KEYS, call_credit
+from lightning_sdk.training.algorithm.prepare import prepare_group, samples_from_groups
 from lightning_sdk.training.algorithm.step_credit import (
     episode_total,
     prompt_state,
@@ -219,6 +220,11 @@ def test_prepare_group_leaves_untrained_calls_out_and_records_each_calls_credit(
         "step_estimate": "return",
     }
     assert group[1].metadata["advantage"] == pytest.approx(-0.5)  # the episode part
+    # One contract: every key the writer put on a call is one the explorer reads (CallCredit).
+    written = {key for e in group for c in e.all_calls() for key in c.metadata}
+    assert written <= set(CALL_CREDIT_KEYS) and call_credit(group[1].calls[0]) == {
+        key: value for key, value in credit.items() if value is not None
+    }
     untrained = group[0].calls[1].metadata
     assert untrained["trained"] is False and untrained["untrained_reason"] == "other_endpoint"
     assert "advantage" not in untrained and "step_advantage" not in untrained

@@ -5,7 +5,8 @@ never build markup; the templates escape every value (Jinja2's autoescape), and 
 sets `textContent`.
 
 The training signal of a call is shown when the run recorded it in the call's `metadata`
-(`CREDIT_KEYS`); a run that did not shows "not recorded" rather than a number the viewer made up.
+(`training/algorithm/call_credit.py`, the one contract the trainer writes and this reads); a run that did
+not shows "not recorded" rather than a number the viewer made up.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_sdk.tracing.episode import FEEDBACK_KEY, Episode, LLMCall
+from lightning_sdk.training.algorithm.call_credit import call_credit, episode_advantage
 
 __all__ = [
-    "CREDIT_KEYS",
     "NOT_RECORDED",
     "call_view",
     "episode_agents",
@@ -30,20 +31,6 @@ __all__ = [
 ]
 
 NOT_RECORDED = "not recorded"
-
-CREDIT_KEYS = {
-    "credit_rule": "credit_rule",
-    "credited_reward": "credited_reward",
-    "advantage": "advantage",
-    "trained": "trained",
-    "untrained_reason": "untrained_reason",
-    "episode_advantage": "episode_advantage",
-    "step_advantage": "step_advantage",
-    "step_group_size": "step_group_size",
-    "step_estimate": "step_estimate",
-}
-"""The keys of `LLMCall.metadata` (and, for `advantage`, of `Episode.metadata`) the viewer reads the
-training signal from, as the trainer writes them (`training/algorithm/prepare.py`, `CALL_CREDIT_KEYS`)."""
 
 
 def task_text(task: Any) -> str:
@@ -63,18 +50,10 @@ def number(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def calls_with_owner(episode: Episode) -> list[tuple[LLMCall, Episode]]:
-    """Every call of the episode and its sub-agents, with the episode that made it, in start order."""
-    pairs = [(call, episode) for call in episode.calls]
-    for child in episode.children:
-        pairs += calls_with_owner(child)
-    return sorted(pairs, key=lambda pair: pair[0].started_at)
-
-
 def episode_agents(episode: Episode) -> set[str]:
     """The agent's name, its sub-agents' names and every call's agent/role."""
     names = {episode.name}
-    for call, owner in calls_with_owner(episode):
+    for call, owner in episode.calls_with_owner():
         names.add(owner.name)
         if call.agent_name:
             names.add(call.agent_name)
@@ -85,7 +64,7 @@ def episode_has_error(episode: Episode) -> bool:
     """The agent raised or timed out, or one of its calls failed."""
     if episode.error is not None or episode.metadata.get("timed_out"):
         return True
-    return any(call.error for call, _ in calls_with_owner(episode))
+    return any(call.error for call, _ in episode.calls_with_owner())
 
 
 def _error_text(episode: Episode) -> str:
@@ -93,7 +72,7 @@ def _error_text(episode: Episode) -> str:
         return f"{episode.error.get('type', 'error')}: {episode.error.get('message', '')}"
     if episode.metadata.get("timed_out"):
         return "timed out"
-    failed = [call.error for call, _ in calls_with_owner(episode) if call.error]
+    failed = [call.error for call, _ in episode.calls_with_owner() if call.error]
     return f"a call failed: {failed[0]}" if failed else ""
 
 
@@ -107,8 +86,8 @@ def sample_view(episode: Episode, success_threshold: float) -> dict[str, Any]:
         "reward_value": reward,
         "failed": reward is None or reward < success_threshold or episode_has_error(episode),
         "output": short(episode.output, 300),
-        "calls": len(calls_with_owner(episode)),
-        "advantage": number(episode.metadata.get(CREDIT_KEYS["advantage"])),
+        "calls": len(episode.calls_with_owner()),
+        "advantage": number(episode_advantage(episode)),
         "error": short(_error_text(episode), 300),
         "agents": sorted(episode_agents(episode)),
     }
@@ -207,8 +186,8 @@ def _message_view(message: Any) -> dict[str, Any]:
 
 
 def _trained(call: LLMCall) -> str:
-    trained = call.metadata.get(CREDIT_KEYS["trained"])
-    reason = call.metadata.get(CREDIT_KEYS["untrained_reason"])
+    credit = call_credit(call)
+    trained, reason = credit.get("trained"), credit.get("untrained_reason")
     if trained is True:
         return "yes"
     if trained is False or isinstance(reason, str):
@@ -219,25 +198,26 @@ def _trained(call: LLMCall) -> str:
 
 
 def _advantage(call: LLMCall) -> str:
-    value = call.metadata.get(CREDIT_KEYS["advantage"])
-    if value is None and call.metadata.get(CREDIT_KEYS["trained"]) is False:
+    credit = call_credit(call)
+    value = credit.get("advantage")
+    if value is None and credit.get("trained") is False:
         return "none (not trained)"  # the run recorded its credit, and this call got no advantage
     return number(value)
 
 
 def _step_parts(call: LLMCall) -> str:
     """Under step-level credit: the episode part, the step part and the size of the call's step group."""
-    metadata = call.metadata
-    if metadata.get(CREDIT_KEYS["step_advantage"]) is None:
+    credit = call_credit(call)
+    if credit.get("step_advantage") is None:
         return ""
     # Under step_estimate="state_value" the step part of a shared state's call is the value of where it
     # led, and its episode part 0: say which, so a 0 is not read as "no episode advantage".
-    estimate = metadata.get(CREDIT_KEYS["step_estimate"])
+    estimate = credit.get("step_estimate")
     valued = ", valued by the state it led to" if estimate == "state_value" else ""
     return (
-        f"episode part {number(metadata.get(CREDIT_KEYS['episode_advantage']))}, step part "
-        f"{number(metadata.get(CREDIT_KEYS['step_advantage']))} (a step group of "
-        f"{metadata.get(CREDIT_KEYS['step_group_size'], '?')} calls{valued})"
+        f"episode part {number(credit.get('episode_advantage'))}, step part "
+        f"{number(credit.get('step_advantage'))} (a step group of "
+        f"{credit.get('step_group_size', '?')} calls{valued})"
     )
 
 
@@ -278,10 +258,10 @@ def call_view(
         "completion_tokens": completion_tokens if completion_tokens is not None else NOT_RECORDED,
         "latency": f"{call.latency_s:.2f} s" if call.latency_s is not None else NOT_RECORDED,
         "step_reward": number(call.reward) if call.reward is not None else "none (no emit_reward)",
-        "credited_reward": number(call.metadata.get(CREDIT_KEYS["credited_reward"])),
+        "credited_reward": number(call_credit(call).get("credited_reward")),
         "advantage": _advantage(call),
         "trained": _trained(call),
-        "credit_rule": str(call.metadata.get(CREDIT_KEYS["credit_rule"]) or NOT_RECORDED),
+        "credit_rule": str(call_credit(call).get("credit_rule") or NOT_RECORDED),
         "step_parts": _step_parts(call),
         "earlier": {"count": earlier[0], "call": earlier[1] + 1} if earlier else None,
     }
@@ -302,7 +282,7 @@ def episode_view(episode: Episode) -> dict[str, Any]:
         "reward": number(episode.reward) if episode.reward is not None else "unscored",
         "rewards": {name: number(value) for name, value in episode.rewards.items()},
         "reward_errors": [json.dumps(error, ensure_ascii=False) for error in episode.reward_errors],
-        "advantage": number(episode.metadata.get(CREDIT_KEYS["advantage"])),
+        "advantage": number(episode_advantage(episode)),
         "feedback": [
             json.dumps(item, ensure_ascii=False, default=str) for item in feedback or [] if feedback
         ],
@@ -320,7 +300,7 @@ def _call_views(episode: Episode) -> list[dict[str, Any]]:
     then more) shows only what is new."""
     views = []
     previous: list[tuple[int, list[Any]]] = []  # each earlier call's index and messages
-    for index, (call, owner) in enumerate(calls_with_owner(episode)):
+    for index, (call, owner) in enumerate(episode.calls_with_owner()):
         messages = call.messages or []
         earlier = None
         for number, seen in reversed(previous):  # the latest call it continues

@@ -172,6 +172,13 @@ class Episode:
             calls.extend(child.all_calls())
         return sorted(calls, key=lambda call: call.started_at)
 
+    def calls_with_owner(self) -> list[tuple[LLMCall, Episode]]:
+        """`all_calls()`, each with the episode (this one or a sub-agent's) that made it."""
+        pairs = [(call, self) for call in self.calls]
+        for child in self.children:
+            pairs.extend(child.calls_with_owner())
+        return sorted(pairs, key=lambda pair: pair[0].started_at)
+
     def trainable_calls(self) -> list[LLMCall]:
         """The calls of `all_calls()` whose token ids are known."""
         return [call for call in self.all_calls() if call.trainable]

@@ -36,7 +36,6 @@ __all__ = [
     "AgentFilter",
     "assign_credit",
     "call_agent_name",
-    "calls_with_owner",
     "count_untrained_calls",
     "episode_return",
     "select_trainable_calls",
@@ -137,14 +136,6 @@ def call_agent_name(call: LLMCall, owner: Episode) -> str:
     return call.agent_name or owner.name
 
 
-def calls_with_owner(episode: Episode) -> list[tuple[LLMCall, Episode]]:
-    """Every call of an episode and its sub-agents, with the episode that made it, in start order."""
-    pairs = [(call, episode) for call in episode.calls]
-    for child in episode.children:
-        pairs.extend(calls_with_owner(child))
-    return sorted(pairs, key=lambda pair: pair[0].started_at)
-
-
 def _agent_matcher(train_agents: AgentFilter) -> Callable[[str], bool]:
     if train_agents is None:
         return lambda name: True
@@ -200,7 +191,7 @@ def select_trainable_calls(
     matcher = _agent_matcher(train_agents)
     return [
         call
-        for call, owner in calls_with_owner(episode)
+        for call, owner in episode.calls_with_owner()
         if _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters) is None
     ]
 
@@ -217,7 +208,7 @@ def untrained_reasons(
     matcher = _agent_matcher(train_agents)
     reasons = {
         call.id: _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters)
-        for call, owner in calls_with_owner(episode)
+        for call, owner in episode.calls_with_owner()
     }
     return {call_id: reason for call_id, reason in reasons.items() if reason is not None}
 
@@ -237,7 +228,7 @@ def count_untrained_calls(
     matcher = _agent_matcher(train_agents)
     reasons: Counter[str] = Counter()
     for episode in episodes:
-        for call, owner in calls_with_owner(episode):
+        for call, owner in episode.calls_with_owner():
             reason = _untrained_reason(call, owner, matcher, endpoint_base_url, model, adapters)
             if reason is not None:
                 reasons[reason] += 1

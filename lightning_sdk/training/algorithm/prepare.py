@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.training.algorithm.advantages import group_advantages
+from lightning_sdk.training.algorithm.call_credit import CALL_CREDIT_KEYS, EPISODE_ADVANTAGE_KEY
 from lightning_sdk.training.algorithm.credit import (
     assign_credit,
     count_untrained_calls,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
 
 __all__ = [
-    "CALL_CREDIT_KEYS",
     "PreparedBatch",
     "PreparedGroup",
     "apply_error_policy",
@@ -195,20 +195,6 @@ def prepare_group(
     return prepared
 
 
-CALL_CREDIT_KEYS = (
-    "credit_rule",
-    "credited_reward",
-    "advantage",
-    "trained",
-    "untrained_reason",
-    "episode_advantage",
-    "step_advantage",
-    "step_group_size",
-    "step_estimate",
-)
-"""The keys of `LLMCall.metadata` that `record_call_credit` writes (the run explorer reads them)."""
-
-
 def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str, str] | None = None) -> None:
     """Write what credit assignment made of each call into its `metadata`, so the run folder's episode
     store keeps it beside the call (and the run explorer shows it).
@@ -228,7 +214,7 @@ def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str
     left_out = left_out or {}
     kept = {id(episode) for episode in group.kept}
     for episode in group.episodes:
-        episode.metadata.pop("advantage", None)  # a group prepared again (dynamic sampling) starts clean
+        episode.metadata.pop(EPISODE_ADVANTAGE_KEY, None)  # prepared again (dynamic sampling): start clean
         for call in episode.all_calls():
             for key in CALL_CREDIT_KEYS:
                 call.metadata.pop(key, None)
@@ -256,9 +242,9 @@ def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str
                 call.metadata["step_estimate"] = step.estimate
         trained = [value for value in advantages if value is not None]
         if step is not None and step.episode_advantages is not None and calls:
-            episode.metadata["advantage"] = step.episode_advantages[index]
+            episode.metadata[EPISODE_ADVANTAGE_KEY] = step.episode_advantages[index]
         elif trained:
-            episode.metadata["advantage"] = math.fsum(trained) / len(trained)
+            episode.metadata[EPISODE_ADVANTAGE_KEY] = math.fsum(trained) / len(trained)
 
 
 def group_has_signal(

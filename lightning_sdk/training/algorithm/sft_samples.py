@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lightning_sdk.tracing.episode import Episode
-from lightning_sdk.training.algorithm.credit import calls_with_owner
 from lightning_sdk.training.algorithm.retokenize import CallTokens, call_token_ids
 from lightning_sdk.training.algorithm.samples import Sample
 
@@ -66,7 +65,7 @@ def sft_samples(
     data = SFTData([], len(chosen), left_out)
     agents = frozenset(train_agents) if train_agents is not None else None
     for episode in chosen:
-        for call, owner in calls_with_owner(episode):
+        for call, owner in episode.calls_with_owner():
             agent = call.agent_name or owner.name
             if agents is not None and agent not in agents:
                 data.calls_left_out["other_agent"] += 1

@@ -69,7 +69,7 @@ from typing import get_args
 
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.training.algorithm.advantages import group_advantages, weighted_group_stats
-from lightning_sdk.training.algorithm.credit import assign_credit, call_agent_name, calls_with_owner
+from lightning_sdk.training.algorithm.credit import assign_credit, call_agent_name
 from lightning_sdk.training.config import StepEstimate
 
 __all__ = [
@@ -136,7 +136,7 @@ def step_groups(
     numbers: dict[tuple[str | None, str, Hashable], int] = {}
     indices: list[list[int]] = []
     for episode, episode_calls in zip(episodes, calls, strict=True):
-        owners = {id(call): owner for call, owner in calls_with_owner(episode)}
+        owners = {id(call): owner for call, owner in episode.calls_with_owner()}
         row = []
         for call in episode_calls:
             agent = call_agent_name(call, owners.get(id(call), episode))
