@@ -56,14 +56,14 @@ def test_step_groups_of_three_two_and_one_by_hand() -> None:
     assert step_groups(group, calls) == [[0, 1], [0, 1], [0, 2]]
     result = step_credit(group, calls, scale=False)
     # Totals 1, 0, 1: mean 2/3, so the episode parts are 1/3, -2/3, 1/3 (no std scaling here).
-    assert flat(result.episode_part) == pytest.approx([1 / 3, 1 / 3, -2 / 3, -2 / 3, 1 / 3, 1 / 3])
+    assert flat(result.parts.episode_part) == pytest.approx([1 / 3, 1 / 3, -2 / 3, -2 / 3, 1 / 3, 1 / 3])
     # Root group {A1, B1, C1}: return minus the mean of the two others: 1 - 1/2, 0 - 1, 1 - 1/2.
     # {A2, B2}: 1 - 0 and 0 - 1. C2 alone: 0.
-    assert result.step_part == [[0.5, 1.0], [-1.0, -1.0], [0.5, 0.0]]
+    assert result.parts.step_part == [[0.5, 1.0], [-1.0, -1.0], [0.5, 0.0]]
     assert flat(result.advantages) == pytest.approx([5 / 6, 4 / 3, -5 / 3, -5 / 3, 5 / 6, 1 / 3])
-    assert result.group_sizes == [[3, 2], [3, 2], [3, 1]]
+    assert result.parts.group_sizes == [[3, 2], [3, 2], [3, 1]]
     # The root group is the episode group again: not counted as shared. Only {A2, B2} is.
-    assert result.shared == [[False, True], [False, True], [False, False]]
+    assert result.parts.shared == [[False, True], [False, True], [False, False]]
 
     half = step_credit(group, calls, scale=False, weight=0.5)
     assert flat(half.advantages) == pytest.approx([7 / 12, 5 / 6, -7 / 6, -7 / 6, 7 / 12, 1 / 3])
@@ -80,12 +80,12 @@ def test_step_rewards_are_compared_inside_step_groups_with_the_discount() -> Non
     result = step_credit(group, calls, gamma=0.5, scale=False)
     assert flat(result.rewards) == pytest.approx([1.0, 1.0, 0.1, 0.2, 0.0, 0.0, 0.0])
     mean_total = 1.7 / 3
-    assert flat(result.episode_part) == pytest.approx(
+    assert flat(result.parts.episode_part) == pytest.approx(
         [1.5 - mean_total] * 2 + [0.2 - mean_total] * 2 + [-mean_total] * 3
     )
     # P0 (root): 1 - (0.1 + 0) / 2, 0.1 - (1 + 0) / 2, 0 - (1 + 0.1) / 2; P1: 1 - 0.1, 0.2 - 0.5, 0 - 0.6.
-    assert flat(result.step_part) == pytest.approx([0.95, 0.9, -0.4, -0.3, -0.55, -0.6, 0.0])
-    assert result.shared == [[False, True], [False, True], [False, True, False]]
+    assert flat(result.parts.step_part) == pytest.approx([0.95, 0.9, -0.4, -0.3, -0.55, -0.6, 0.0])
+    assert result.parts.shared == [[False, True], [False, True], [False, True, False]]
 
 
 def test_without_step_rewards_the_episode_part_is_todays_equal_advantage() -> None:
@@ -98,11 +98,13 @@ def test_without_step_rewards_the_episode_part_is_todays_equal_advantage() -> No
     calls = [list(e.calls) for e in group]
     equal, _ = group_advantages([[e.reward] * len(c) for e, c in zip(group, calls)])
     result = step_credit(group, calls)
-    assert equal is not None and flat(result.episode_part) == pytest.approx(flat(equal))
+    assert equal is not None and flat(result.parts.episode_part) == pytest.approx(flat(equal))
     # Scaled runs divide the step part by the same group std (+ eps): the totals' std is 0.5.
-    assert result.step_part is not None
-    assert result.step_part[0][1] == pytest.approx((1 - 1) / (0.5 + 1e-4))  # P1: A and D both succeeded
-    assert result.step_part[0][0] == pytest.approx((1 - 1 / 3) / (0.5 + 1e-4))  # root: 1 - mean(0, 0, 1)
+    assert result.parts is not None
+    assert result.parts.step_part[0][1] == pytest.approx((1 - 1) / (0.5 + 1e-4))  # P1: A and D both succeeded
+    assert result.parts.step_part[0][0] == pytest.approx(
+        (1 - 1 / 3) / (0.5 + 1e-4)
+    )  # root: 1 - mean(0, 0, 1)
 
 
 def test_state_value_credits_a_call_by_the_state_it_led_to() -> None:
@@ -124,7 +126,7 @@ def test_state_value_credits_a_call_by_the_state_it_led_to() -> None:
     # In A the two second calls are compared with each other (no episode part); B and C are alone in their
     # states and keep the episode advantage (totals 1, 0, 0, 1: mean 0.5).
     assert [row[1] for row in result.advantages] == pytest.approx([1.0, -1.0, -0.5, 0.5])
-    assert result.episode_part is not None and [row[1] for row in result.episode_part] == [
+    assert result.parts is not None and [row[1] for row in result.parts.episode_part] == [
         0.0,
         0.0,
         -0.5,
@@ -177,7 +179,7 @@ def test_leave_one_out_episode_baseline() -> None:
     group = [episode(1.0, [call(1, P0)]), episode(0.0, [call(1, P0)]), episode(0.0, [call(1, P0)])]
     calls = [list(e.calls) for e in group]
     result = step_credit(group, calls, scale=False, baseline="leave_one_out", weight=0.0)
-    assert flat(result.episode_part) == pytest.approx([1.0, -0.5, -0.5])  # 1 - 0, 0 - (1 + 0) / 2
+    assert flat(result.parts.episode_part) == pytest.approx([1.0, -0.5, -0.5])  # 1 - 0, 0 - (1 + 0) / 2
     with pytest.raises(ValueError, match="baseline='median' is unknown"):
         step_credit(group, calls, baseline="median")
 
@@ -204,7 +206,7 @@ def test_prepare_group_leaves_untrained_calls_out_and_records_each_calls_credit(
     ]
     prepared = prepare_group(group, config, endpoint_base_url=ENDPOINT)
     assert [len(calls) for calls in prepared.calls] == [1, 2]
-    assert prepared.step is not None and prepared.step.group_sizes == [[2], [2, 1]]
+    assert prepared.step is not None and prepared.step.parts.group_sizes == [[2], [2, 1]]
     # Root: 1 - 0 and 0 - 1 on top of +-0.5; the lone P1 call keeps its episode part.
     assert flat(prepared.advantages) == pytest.approx([1.5, -1.5, -0.5])
     credit = {key: group[1].calls[0].metadata.get(key) for key in CALL_CREDIT_KEYS}
@@ -303,7 +305,7 @@ def test_a_state_key_by_the_last_tool_result_groups_calls_whose_prompts_differ()
     config = TrainerConfig(credit="step", state_key=last_tool_result)
     assert config.to_dict()["state_key"] == "last_tool_result"  # run.json names the function
     prepared = prepare_group(group, config, endpoint_base_url=ENDPOINT)
-    assert prepared.step is not None and prepared.step.shared == [
+    assert prepared.step is not None and prepared.step.parts.shared == [
         [False, True],
         [False, True],
         [False, False],

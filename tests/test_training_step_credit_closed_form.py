@@ -81,12 +81,12 @@ def advantages_per_pair() -> dict[str, dict[tuple[History, int], list[float]]]:
         equal, _ = group_advantages([[episode.reward] * DEPTH for episode in episodes])
         step = step_credit(episodes, calls, weight=0.0)
         by_state = step_credit(episodes, calls, estimate="state_value").advantages
-        if equal is None or step.episode_part is None or step.step_part is None or by_state is None:
+        if equal is None or step.parts is None or by_state is None:
             continue  # every sample scored alike: no rule has anything to push
         for i, made in enumerate(choices):
             for k in range(DEPTH):
                 pair = (made[:k], made[k])
-                episode_part, step_part = step.episode_part[i][k], step.step_part[i][k]
+                episode_part, step_part = step.parts.episode_part[i][k], step.parts.step_part[i][k]
                 received["equal"][pair].append(float(equal[i][k] or 0.0))
                 for w in WEIGHTS:
                     received[f"episode + {w:g} x step"][pair].append(episode_part + w * step_part)

@@ -206,7 +206,7 @@ def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str
     dropped its episode), `credit_none` (the rule gave it no reward) or the group's skip reason
     (`no_spread`, `too_few_episodes`). Under `credit="step"` a call with an advantage also gets
     `episode_advantage` and `step_advantage` (the parts of its advantage as they enter the loss, the step
-    part before the weight: `StepCredit.episode_part` and `step_part`), `step_group_size` and
+    part before the weight: `StepParts.episode_part` and `step_part`), `step_group_size` and
     `step_estimate`. Each episode gets `metadata["advantage"]`: under `"step"` its episode advantage E,
     else the mean of its calls'.
     """
@@ -223,7 +223,7 @@ def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str
                 call.metadata["untrained_reason"] = "episode_dropped"
             elif call.id in left_out:
                 call.metadata["untrained_reason"] = left_out[call.id]
-    step = group.step
+    parts = group.step.parts if group.step is not None else None
     for index, (episode, calls, rewards) in enumerate(
         zip(group.kept, group.calls, group.rewards, strict=True)
     ):
@@ -234,15 +234,14 @@ def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str
                 call.metadata["untrained_reason"] = group.skipped or "credit_none"
                 continue
             call.metadata.update(trained=True, advantage=advantage)
-            if step is not None and step.episode_part is not None:
-                assert step.step_part is not None and step.group_sizes is not None
-                call.metadata["episode_advantage"] = step.episode_part[index][position]
-                call.metadata["step_advantage"] = step.step_part[index][position]
-                call.metadata["step_group_size"] = step.group_sizes[index][position]
-                call.metadata["step_estimate"] = step.estimate
+            if parts is not None:
+                call.metadata["episode_advantage"] = parts.episode_part[index][position]
+                call.metadata["step_advantage"] = parts.step_part[index][position]
+                call.metadata["step_group_size"] = parts.group_sizes[index][position]
+                call.metadata["step_estimate"] = parts.estimate
         trained = [value for value in advantages if value is not None]
-        if step is not None and step.episode_advantages is not None and calls:
-            episode.metadata[EPISODE_ADVANTAGE_KEY] = step.episode_advantages[index]
+        if parts is not None and calls:
+            episode.metadata[EPISODE_ADVANTAGE_KEY] = parts.episode_advantages[index]
         elif trained:
             episode.metadata[EPISODE_ADVANTAGE_KEY] = math.fsum(trained) / len(trained)
 
@@ -333,8 +332,8 @@ def step_credit_metrics(groups: Sequence[PreparedGroup], weight: float) -> dict[
     episode: list[float] = []
     step: list[float] = []
     for group in groups:
-        part = group.step
-        if part is None or part.shared is None or part.episode_part is None or part.step_part is None:
+        part = group.step.parts if group.step is not None else None
+        if part is None:
             continue
         shared += [flag for row in part.shared for flag in row]
         episode += [abs(value) for row in part.episode_part for value in row]

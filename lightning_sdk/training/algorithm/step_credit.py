@@ -70,12 +70,13 @@ from typing import get_args
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.training.algorithm.advantages import group_advantages, weighted_group_stats
 from lightning_sdk.training.algorithm.credit import assign_credit, call_agent_name
-from lightning_sdk.training.config import StepEstimate
+from lightning_sdk.training.config import EpisodeBaseline, StepEstimate
 
 __all__ = [
     "STEP_ESTIMATES",
     "StateKey",
     "StepCredit",
+    "StepParts",
     "episode_total",
     "prompt_state",
     "state_values",
@@ -173,10 +174,7 @@ def step_advantages(
 ) -> list[list[float]]:
     """`S_ik`: each call's return to go minus the mean of the other members of its step group, divided by
     `scale`; 0 for a call alone in its step group. `returns` and `groups` are per episode, per call."""
-    members: dict[int, list[float]] = {}
-    for row_returns, row_groups in zip(returns, groups, strict=True):
-        for value, group in zip(row_returns, row_groups, strict=True):
-            members.setdefault(group, []).append(value)
+    members = _members(returns, groups)
     totals = {group: math.fsum(values) for group, values in members.items()}
     advantages = []
     for row_returns, row_groups in zip(returns, groups, strict=True):
@@ -189,6 +187,15 @@ def step_advantages(
     return advantages
 
 
+def _members(values: Sequence[Sequence[float]], groups: Sequence[Sequence[int]]) -> dict[int, list[float]]:
+    """Each step group's values (`values` and `groups` per episode, per call), in order."""
+    members: dict[int, list[float]] = {}
+    for row_values, row_groups in zip(values, groups, strict=True):
+        for value, group in zip(row_values, row_groups, strict=True):
+            members.setdefault(group, []).append(value)
+    return members
+
+
 def state_values(
     returns: Sequence[Sequence[float]],
     step_rewards: Sequence[Sequence[float]],
@@ -198,11 +205,7 @@ def state_values(
     """`H_ik = r_ik + gamma * V_g(i,k+1)`: each call's step reward plus the discounted value of the state
     its episode's next call faced (`V_g`: the mean return to go `G` over the calls of step group `g`);
     an episode's last call keeps its return to go. All arguments are per episode, per call."""
-    members: dict[int, list[float]] = {}
-    for row_returns, row_groups in zip(returns, groups, strict=True):
-        for value, group in zip(row_returns, row_groups, strict=True):
-            members.setdefault(group, []).append(value)
-    value_of = {group: math.fsum(values) / len(values) for group, values in members.items()}
+    value_of = {group: math.fsum(values) / len(values) for group, values in _members(returns, groups).items()}
     estimates = []
     for row_returns, row_rewards, row_groups in zip(returns, step_rewards, groups, strict=True):
         last = len(row_returns) - 1
@@ -215,30 +218,45 @@ def state_values(
     return estimates
 
 
-@dataclass
+@dataclass(frozen=True)
+class StepParts:
+    """What the step rule made of a group with a signal; every per-call list is per kept episode, per
+    trained call."""
+
+    advantages: list[list[float]]
+    """`A_ik = E_i + w * S_ik` (under `"state_value"`, see `episode_part` and `step_part`)."""
+    episode_advantages: list[float]
+    """`E_i`, the episode advantage of each kept episode."""
+    episode_part: list[list[float]]
+    """The episode part of each call's advantage as it enters the loss: `E_i` (under `"state_value"`, 0
+    for a call whose state another sample shared)."""
+    step_part: list[list[float]]
+    """The step advantage before the weight: `S_ik` (under `"state_value"`, the leave-one-out advantage of
+    `H_ik` for a call in a shared state, 0 for one alone)."""
+    group_sizes: list[list[int]]
+    """How many calls are in each call's step group (itself included)."""
+    shared: list[list[bool]]
+    """Whether the call's step group has 2 or more members and is not the root group."""
+    estimate: StepEstimate
+    """The `step_estimate` the advantages were made with."""
+
+
+@dataclass(frozen=True)
 class StepCredit:
-    """One group's step credit; every per-call list is per kept episode, per trained call."""
+    """One group's step credit: the credited rewards always, the parts of the advantages unless the group
+    is skipped."""
 
     rewards: list[list[float | None]]
-    """`G_ik`, the return to go (the credited reward)."""
-    advantages: list[list[float | None]] | None
-    """`A_ik = E_i + w * S_ik`; None when the group is skipped."""
+    """`G_ik`, the return to go (the credited reward), per kept episode, per trained call."""
     skipped: str | None
     """`too_few_episodes` or `no_spread` (see the module docstring), or None."""
-    episode_advantages: list[float] | None = None
-    """`E_i`, the episode advantage of each kept episode (None when skipped)."""
-    episode_part: list[list[float]] | None = None
-    """The episode part of each call's advantage as it enters the loss: `E_i` (under `"state_value"`, 0
-    for a call whose state another sample shared). None when skipped."""
-    step_part: list[list[float]] | None = None
-    """The step advantage before the weight: `S_ik` (under `"state_value"`, the leave-one-out advantage of
-    `H_ik` for a call in a shared state, 0 for one alone). None when skipped."""
-    group_sizes: list[list[int]] | None = None
-    """How many calls are in each call's step group (itself included)."""
-    shared: list[list[bool]] | None = None
-    """Whether the call's step group has 2 or more members and is not the root group."""
-    estimate: str = "return"
-    """The `step_estimate` the advantages were made with."""
+    parts: StepParts | None = None
+    """The advantages and their parts; None exactly when `skipped` is set."""
+
+    @property
+    def advantages(self) -> list[list[float | None]] | None:
+        """`parts.advantages`, or None when the group is skipped."""
+        return None if self.parts is None else [list(row) for row in self.parts.advantages]
 
 
 def step_credit(
@@ -250,8 +268,8 @@ def step_credit(
     state_key: StateKey | None = None,
     scale: bool = True,
     eps: float = 1e-4,
-    baseline: str = "group_mean",
-    estimate: str = "return",
+    baseline: EpisodeBaseline = "group_mean",
+    estimate: StepEstimate = "return",
 ) -> StepCredit:
     """The step rule on one task's group (the module docstring states it).
 
@@ -260,8 +278,9 @@ def step_credit(
         gamma: discount per call of the return to go.
         weight: `w`, the weight of the step advantage.
         state_key: `fn(call) -> hashable`, or None for the exact prompt token ids.
-        scale, eps: divide by the totals' standard deviation plus `eps` (`scale_advantages`).
-        baseline: `"group_mean"` or `"leave_one_out"`, the episode advantage's baseline.
+        scale: divide by the totals' standard deviation plus `eps` (`scale_advantages`).
+        eps: added to that standard deviation.
+        baseline: the episode advantage's baseline.
         estimate: `"return"` (`A = E + w * S`) or `"state_value"` (`w` times the step advantage of the
             state each call led to where its state is shared, `E` where it is not).
     """
@@ -271,52 +290,66 @@ def step_credit(
         assign_credit(episode, row, "discounted", gamma) for episode, row in zip(episodes, calls, strict=True)
     ]
     totals = [[episode_total(episode, row)] * len(row) for episode, row in zip(episodes, calls, strict=True)]
-    episode_part, skipped = group_advantages(totals, scale=scale, eps=eps, baseline=baseline)
-    if episode_part is None:
-        return StepCredit(rewards, None, skipped, estimate=estimate)
+    episode_advantage, skipped = group_advantages(totals, scale=scale, eps=eps, baseline=baseline)
+    if episode_advantage is None:
+        return StepCredit(rewards, skipped)
     indices = step_groups(episodes, calls, state_key)
     denominator = weighted_group_stats(totals)[1] + eps if scale else 1.0
     returns = [[float(value or 0.0) for value in row] for row in rewards]  # "discounted" never gives None
-    sizes: dict[int, int] = {}
+    sizes = {group: len(values) for group, values in _members(returns, indices).items()}
+    episode_values = [[0.0 if value is None else value for value in row] for row in episode_advantage]
+    if estimate == "state_value":
+        episode_part, step_part = _state_value_parts(
+            returns, calls, indices, episode_values, gamma, denominator
+        )
+    else:
+        episode_part, step_part = episode_values, step_advantages(returns, indices, denominator)
+    root = _root_group(indices)
+    return StepCredit(
+        rewards,
+        None,
+        StepParts(
+            advantages=[
+                [e + weight * s for e, s in zip(e_row, s_row, strict=True)]
+                for e_row, s_row in zip(episode_part, step_part, strict=True)
+            ],
+            episode_advantages=[float(row[0]) if row else 0.0 for row in episode_values],
+            episode_part=episode_part,
+            step_part=step_part,
+            group_sizes=[[sizes[group] for group in row] for row in indices],
+            shared=[[sizes[group] > 1 and group != root for group in row] for row in indices],
+            estimate=estimate,
+        ),
+    )
+
+
+def _state_value_parts(
+    returns: list[list[float]],
+    calls: Sequence[Sequence[LLMCall]],
+    indices: list[list[int]],
+    episode_values: list[list[float]],
+    gamma: float,
+    denominator: float,
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Under `step_estimate="state_value"`: the episode and step parts. Where a call's state is shared with
+    another sample, its state's comparison replaces the episode's; alone (or met only by its own episode, a
+    retry of the same error), it keeps the episode's."""
+    step_rewards = [[float(call.reward or 0.0) for call in row] for row in calls]
+    step_part = step_advantages(state_values(returns, step_rewards, indices, gamma), indices, denominator)
     episodes_in: dict[int, set[int]] = {}
     for episode_index, row in enumerate(indices):
         for group in row:
-            sizes[group] = sizes.get(group, 0) + 1
             episodes_in.setdefault(group, set()).add(episode_index)
-    samples = {group: len(members) for group, members in episodes_in.items()}
-    root = _root_group(indices)
-    episode_values = [[0.0 if value is None else value for value in row] for row in episode_part]
-    episode_part_of_each = [list(row) for row in episode_values]  # E_i, before "state_value" sets parts to 0
-    if estimate == "state_value":
-        step_rewards = [[float(call.reward or 0.0) for call in row] for row in calls]
-        step_part = step_advantages(state_values(returns, step_rewards, indices, gamma), indices, denominator)
-        # Where a call's state is shared with another sample, its state's comparison replaces the episode's;
-        # alone (or met only by its own episode, a retry of the same error), it keeps the episode's.
-        alone = [[samples[group] < 2 for group in row] for row in indices]
-        episode_values = [
+    alone = [[len(episodes_in[group]) < 2 for group in row] for row in indices]
+    return (
+        [
             [e if a else 0.0 for e, a in zip(e_row, a_row, strict=True)]
             for e_row, a_row in zip(episode_values, alone, strict=True)
-        ]
-        step_part = [
+        ],
+        [
             [0.0 if a else value for value, a in zip(s_row, a_row, strict=True)]
             for s_row, a_row in zip(step_part, alone, strict=True)
-        ]
-    else:
-        step_part = step_advantages(returns, indices, denominator)
-    advantages: list[list[float | None]] = [
-        [e + weight * s for e, s in zip(e_row, s_row, strict=True)]
-        for e_row, s_row in zip(episode_values, step_part, strict=True)
-    ]
-    return StepCredit(
-        rewards=rewards,
-        advantages=advantages,
-        skipped=None,
-        episode_advantages=[float(row[0]) if row else 0.0 for row in episode_part_of_each],
-        episode_part=episode_values,
-        step_part=step_part,
-        group_sizes=[[sizes[group] for group in row] for row in indices],
-        shared=[[sizes[group] > 1 and group != root for group in row] for row in indices],
-        estimate=estimate,
+        ],
     )
 
 
