@@ -162,6 +162,23 @@ def test_every_import_points_down_the_layer_order() -> None:
     assert _wrong_way() == []
 
 
+def _mutual_imports() -> list[str]:
+    """Pairs of modules that import each other (under `TYPE_CHECKING` or inside a function too): one of
+    the two was cut out of the other for length, not by job, and still reaches back into it."""
+    edges = {module: {target for target, _ in _imports(module, path)} for module, path in _modules().items()}
+    pairs = {
+        tuple(sorted((module, target)))
+        for module, targets in edges.items()
+        for target in targets
+        if target != module and module in edges.get(target, set())
+    }
+    return [f"{first} and {second} import each other" for first, second in sorted(pairs)]
+
+
+def test_no_two_modules_import_each_other() -> None:
+    assert _mutual_imports() == []
+
+
 def _within(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 

@@ -22,7 +22,7 @@ from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.records.run_dir import write_rank_info
 from lightning_sdk.training.records.run_episodes import RunEpisodes
-from lightning_sdk.training.run.checkpoints import restore_session, save_session_checkpoint
+from lightning_sdk.training.run.checkpoints import load_run_checkpoint, save_run_checkpoint
 from lightning_sdk.training.run.environment import environment
 from lightning_sdk.training.run.event_loop import RunLoop
 from lightning_sdk.training.run.run_warnings import RunWarnings
@@ -409,11 +409,23 @@ class TrainingSession:
     # --- checkpoints and logs -------------------------------------------------------------------------
     def save_checkpoint(self, step: int, cursor: TaskCursor) -> None:
         """A checkpoint of the run at `step` (rank 0 writes; every rank waits for it)."""
-        save_session_checkpoint(self, step, cursor)
+        parts = (self.distributed.unwrap(self.policy_model), self.optimizer, self.scheduler, cursor)
+        save_run_checkpoint(self.run_dir, step, *parts, self.config.keep_checkpoints, self.distributed)
 
     def restore(self, cursor: TaskCursor) -> int:
-        """Load the newest checkpoint of the run (if any) and return its step; 0 when there is none."""
-        return restore_session(self, cursor)
+        """Load the newest checkpoint of the run (if any) into the policy and `cursor`, drop the episodes
+        and metrics a killed run wrote after it, push its weights to the engine and return its step; 0
+        when there is none."""
+        model = self.distributed.unwrap(self.policy_model)
+        step = load_run_checkpoint(self.run_dir, model, self.optimizer, self.scheduler, cursor)
+        if not step:
+            return 0
+        self.changed_roles = None  # every role's adapter is pushed below
+        if self.episodes is not None:  # what the killed run stored for the steps it redoes
+            self.episodes.discard_steps_after(step)
+        self.reopen_metrics(step)  # drop records written after the checkpoint by the killed run
+        self.push_weights(step)
+        return step
 
     def reopen_metrics(self, resume_step: int) -> None:
         """Reopen the metrics writer at `resume_step`, dropping what a killed run wrote after it."""
