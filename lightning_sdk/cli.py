@@ -1,4 +1,5 @@
-"""The `lightning-sdk` command: `quickstart`, `train`, `memory`, `report`, `view`, `serve` and `runner`."""
+"""The `lightning-sdk` command: `quickstart`, `train`, `view`, `serve`, `report`, `import`, `sft`, `memory`
+and `runner`, in the order a newcomer meets them."""
 
 from __future__ import annotations
 
@@ -21,16 +22,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lightning-sdk", description="Train existing AI agents with RL.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    adders = (
+    adders = (  # in the order a newcomer meets them
         _add_quickstart,
         _add_train,
+        _add_view,
+        _add_serve,
+        _add_report,
+        _add_import,
         _add_sft,
         _add_memory,
-        _add_report,
-        _add_serve,
         _add_runner,
-        _add_import,
-        _add_view,
     )
     for add in adders:
         add(commands)
@@ -54,8 +55,8 @@ def _add_quickstart(commands: Commands) -> None:
 
     quickstart = commands.add_parser(
         "quickstart",
-        help="Train the calculator agent (AutoGen + a calculator tool) on the bundled model "
-        "in about a quarter of an hour on two CPU cores.",
+        help="Train a calculator agent (AutoGen + a calculator tool) on the bundled model: 4 to 15 minutes "
+        "on two CPU cores.",
     )
     quickstart.add_argument(
         "--steps",
@@ -166,7 +167,17 @@ def _print_quickstart_summary(summary: dict[str, Any]) -> None:
         f"-> trained {summary['trained_reward']:.3f} after {summary['steps']} steps "
         f"({summary['wall_time_s'] / 60:.1f} min)"
     )
-    print(f"adapter: {summary['adapter']}\nreport:  {summary.get('report')}")
+    print(_next_steps(summary["run_dir"], summary["adapter"], summary.get("report")))
+
+
+def _next_steps(run_dir: str | Path, adapter: str | Path, report: str | Path | None = None) -> str:
+    """What to do after a run, in at most four lines: look at it, where its adapter is, how to serve it."""
+    offline = f"   (offline: {report})" if report else ""
+    return (
+        f"look at it: lightning-sdk view {run_dir}{offline}\n"
+        f"adapter:    {adapter}\n"
+        f"serve it:   lightning-sdk serve --adapter {adapter}"
+    )
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -184,9 +195,10 @@ def _run_train(args: argparse.Namespace) -> int:
     result = trainer.fit(
         _load_object(args.agent), _read_jsonl(args.data), val, reward=reward, resume=args.resume
     )
-    print(f"run: {result.run_dir}\nadapter: {result.adapter_path}")
+    print(f"run: {result.run_dir}")
     if result.initial_eval and result.final_eval:
         print(f"validation reward: {result.initial_eval['reward']:.3f} -> {result.final_eval['reward']:.3f}")
+    print(_next_steps(result.run_dir, result.adapter_path))
     return 0
 
 

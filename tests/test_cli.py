@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -182,6 +183,37 @@ def test_quickstart_trains_the_calculator_agent_and_reports(
     _print_quickstart_summary(summary)
     printed = capsys.readouterr().out
     assert f"base {summary['base_reward']:.3f} -> trained {summary['trained_reward']:.3f}" in printed
+    assert f"lightning-sdk view {tmp_path / 'run'}" in printed and "lightning-sdk serve --adapter" in printed
+
+
+def test_the_help_lists_commands_in_the_order_a_newcomer_meets_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lightning_sdk.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = re.search(r"\{([a-z,]+)\}", capsys.readouterr().out)
+    assert listed is not None and listed.group(1).split(",") == [
+        "quickstart",
+        "train",
+        "view",
+        "serve",
+        "report",
+        "import",
+        "sft",
+        "memory",
+        "runner",
+    ]
+
+
+def test_a_run_ends_with_what_to_do_next_in_at_most_four_lines() -> None:
+    from lightning_sdk.cli import _next_steps
+
+    lines = _next_steps("runs/a", "runs/a/best_adapter", "runs/a/report.html").splitlines()
+    assert len(lines) <= 4
+    assert lines[0] == "look at it: lightning-sdk view runs/a   (offline: runs/a/report.html)"
+    assert lines[-1] == "serve it:   lightning-sdk serve --adapter runs/a/best_adapter"
 
 
 def test_task_files_keep_tasks_whose_text_holds_unicode_line_separators(tmp_path) -> None:
