@@ -1,9 +1,9 @@
 """The quickstart: train the calculator agent (an AutoGen assistant with a calculator tool) briefly, on a CPU.
 
 `lightning-sdk quickstart` (and `make demo`) runs `examples/calc_autogen` with a short configuration
-(3 to 10 minutes of training on two idle CPU cores, depending on whether the CPU has bfloat16
-arithmetic; 4 to 15 minutes with engine start and the evaluations), and prints the held-out reward
-of the base model and of the trained one. The agent is ordinary AutoGen code with the two decorators
+(3 to 10 minutes of training on two idle CPU cores, depending on the CPU; 4 to 15 minutes with engine
+start and the evaluations), prints the held-out reward of the base model and of the trained one, and
+where to look next. The agent is ordinary AutoGen code with the two decorators
 (see `examples/calc_autogen/agent.py`, installed as `lightning_sdk.examples.calc_autogen.agent`).
 """
 
