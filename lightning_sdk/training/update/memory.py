@@ -217,7 +217,8 @@ def estimate_step_memory(
             them, the bound for `mode="trajectory"` samples.
         weight_bytes: bytes per base weight (2 for bfloat16 on a GPU, 4 for float32 on a CPU).
         activation_bytes: bytes per activation (default: `weight_bytes`).
-        lora_rank, lora_targets: the adapter (`TrainerConfig.lora_rank`, `lora_target_modules`).
+        lora_rank: the adapter's rank (`TrainerConfig.lora_rank`).
+        lora_targets: the modules it adapts (`TrainerConfig.lora_target_modules`).
         gradient_checkpointing: whether layers are recomputed in the backward pass.
         chunk_tokens: tokens projected to the vocabulary at once (`None`: all of them).
         on_gpu: count what a layer's backward holds on a GPU beyond the activations (module docstring).
