@@ -177,6 +177,64 @@ def run_worker(args: argparse.Namespace) -> None:
     partial.replace(out)  # a killed worker leaves no half-written result behind
 
 
+def recover_result(label: str, example: str, seed: int, why: str) -> None:
+    """The result of a seed whose process ended after its final evaluation (a crash while writing the
+    report, say), read from its run folder: every figure the worker writes except the process's peak
+    memory (NaN) and its wall time, which counts from the engine's start to the last record."""
+    from lightning_sdk.training.records.metrics import read_metrics
+    from lightning_sdk.training.records.run_dir import read_run_info
+
+    out = result_path(label, example, seed)
+    run_dir = RUNS / label / example / f"seed{seed}"
+    records = read_metrics(run_dir)
+    history = [record for record in records if "reward_mean" in record]
+    evaluations = [record for record in records if "val_reward" in record]
+    info = read_run_info(run_dir)
+    steps = info["config"]["max_steps"]
+    if out.exists() or not history or int(history[-1]["step"]) != steps or evaluations[-1]["step"] != steps:
+        raise SystemExit(f"{run_dir}: no finished run to recover (a result exists, or it stopped early)")
+    best = max(evaluations, key=lambda record: (record["val_reward"], -record["step"]))
+    start = info["starts"][-1]
+    result = {
+        "example": example,
+        "seed": seed,
+        "label": label,
+        "model": "bundled SmolLM2-135M-Instruct",
+        "overrides": {},
+        "base": evaluations[0]["val_reward"],
+        "trained": evaluations[-1]["val_reward"],
+        "kept": best["val_reward"],
+        "kept_step": best["step"],
+        "curve": [[record["step"], record["val_reward"]] for record in evaluations],
+        "steps": len(history),
+        "training_s": sum(record.get("time_step_s", 0.0) for record in history),
+        "wall_s": records[-1]["time"] - start["at"],
+        "peak_rss_gib": math.nan,
+        "signal_share": signal_share(history),
+        "auc": curve_area([[record["step"], record["val_reward"]] for record in evaluations]),
+        "step_group_share": mean([record.get("step_group_share", math.nan) for record in history]),
+        "calls_per_episode": calls_per_episode(run_dir),
+        "rollout_rounds": mean(
+            [record["rollout_rounds"] for record in history if "rollout_rounds" in record]
+        ),
+        "extra": {},
+        "held_out": held_out_details(example, run_dir),
+        "training_rollouts": training_details(example, run_dir),
+        "engine_dtype": start.get("engine_dtype"),
+        "policy_dtype": start.get("policy_dtype") or "float32",
+        "policy_gap": median_of(history, "mismatch_logratio_abs"),
+        "cpu": cpu(),
+        "run_dir": str(run_dir),
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(records[-1]["time"])),
+        "commit": "recovered",
+        "load_average_at_end": math.nan,
+        "recovered": why,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"recovered {out}: held-out {result['base']:.3f} -> {result['trained']:.3f}", flush=True)
+
+
 def read_history(run_dir: Path) -> list[dict[str, Any]]:
     from lightning_sdk.training.records.metrics import read_metrics
 
@@ -218,11 +276,17 @@ def median_of(history: list[dict[str, Any]], key: str) -> float:
     return finite[len(finite) // 2] if finite else math.nan
 
 
+def peak_cell(results: list[dict[str, Any]]) -> str:
+    """The largest peak RSS of the seeds; n/a when none was measured (results recovered from a folder)."""
+    peaks = [float(result["peak_rss_gib"]) for result in results if math.isfinite(result["peak_rss_gib"])]
+    return f"{max(peaks):.1f}" if peaks else "n/a"
+
+
 def policy_gap_cell(results: list[dict[str, Any]]) -> str:
     """The seeds' mean of each run's median engine-against-trainer gap (n/a before it was measured)."""
     gaps = [result.get("policy_gap") for result in results]
     measured = [float(gap) for gap in gaps if isinstance(gap, int | float) and math.isfinite(gap)]
-    return f"{mean(measured):.4f}" if measured else "n/a"
+    return f"{mean(measured):.2g}" if measured else "n/a"
 
 
 def signal_share(history: list[dict[str, Any]]) -> float:
@@ -444,6 +508,11 @@ def write_table(command: str) -> None:
                 f"commit {result['commit']}; CPU: {result.get('cpu', 'not recorded')}; "
                 f"held-out after: {details}"
                 + (f"; {json.dumps(result['extra'], sort_keys=True)}" if result.get("extra") else "")
+                + (
+                    f"; recovered from its run folder: {result['recovered']}"
+                    if result.get("recovered")
+                    else ""
+                )
             )
         plot(label, example, results)
     TABLE.write_text("\n".join(lines) + "\n")
@@ -628,7 +697,7 @@ def table_row(label: str, example: str, results: list[dict[str, Any]]) -> str:
         spread([result["steps"] for result in results], digits=1),
         f"{mean([result['training_s'] / 60 for result in results]):.1f}",
         f"{mean([result['wall_s'] / 60 for result in results]):.1f}",
-        f"{max(result['peak_rss_gib'] for result in results):.1f}",
+        peak_cell(results),
         f"{mean([result['signal_share'] for result in results]):.0%}",
         ", ".join(sorted({engine_dtype(result) for result in results})),
         policy_gap_cell(results),
@@ -738,12 +807,23 @@ def main() -> None:
         action="store_true",
         help="with --table: first recompute the per-kind breakdowns from the kept run folders",
     )
+    parser.add_argument(
+        "--recover",
+        metavar="WHY",
+        help="write the result of each --only/--seeds seed whose process ended after its final evaluation "
+        "(its run folder holds every step), saying WHY; then rewrite the table",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--example", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         run_worker(args)
+    elif args.recover:
+        for example in args.only:
+            for seed in args.seeds:
+                recover_result(args.label, example, seed, args.recover)
+        write_table(f"--recover ... --label {args.label}")
     elif args.table:
         if args.refresh_details:
             refresh_details()
