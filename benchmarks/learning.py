@@ -777,9 +777,9 @@ def machine() -> str:
 
 
 def cpu() -> str:
-    """The CPU's model name and whether it has bfloat16 arithmetic (AVX512-BF16 or AMX): with it vLLM
-    samples in bfloat16 at full speed, without it the engine serves in float32 (see engine/placement.py),
-    so the same configuration's step time differs severalfold between the two."""
+    """The CPU's model name and whether it has bfloat16 arithmetic (AVX512-BF16 or AMX): with it an engine
+    serving alone samples in bfloat16 at full speed, without it in float32 (see engine/placement.py); a
+    training run's engine serves in float32 on both since 2026-11-28."""
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:

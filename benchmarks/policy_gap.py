@@ -20,13 +20,14 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from learning import cpu  # benchmarks/, beside this script: the CPU and whether it has bfloat16
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "policy_gap"
@@ -62,16 +63,6 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             for record in steps
         ],
     }
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _median(values: list[Any]) -> float:
@@ -143,7 +134,7 @@ def main() -> None:
             **read_run(run_dir),
             "seed": args.seed,
             "wall_s": time.time() - started,
-            "cpu": cpu_name(),
+            "cpu": cpu(),
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
         }
         (RESULTS / f"{dtype}-seed{args.seed}.json").write_text(json.dumps(result, indent=1) + "\n")
