@@ -77,7 +77,11 @@ def lora_b_norm(adapter_dir: Path) -> float:
 
 def test_fit_trains_and_writes_the_run(engine: Any, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    closes = engine.gate.closes
     result = ls.Trainer(config=small_config(run_dir), engine=engine).fit(solver, TASKS, val_dataset=TASKS[:4])
+    # max_staleness=0: today's loop, step by step; the engine's gate (rollouts that run on through the
+    # update) is never closed and holds no call.
+    assert engine.gate.closes == closes
 
     # LoRA B matrices start at zero: a non-zero norm means the optimizer moved the adapter.
     assert result.last_adapter_path == run_dir / "adapter" and lora_b_norm(result.last_adapter_path) > 0
@@ -87,6 +91,8 @@ def test_fit_trains_and_writes_the_run(engine: Any, tmp_path: Path) -> None:
     for record in steps:
         assert record["episodes"] == 8 and record["episodes_failed"] == 0
         assert record["trained_sequences"] > 0 and record["optimizer_steps"] == 1
+        assert record["calls_held"] == 0 and 0 < record["engine_busy_share"] < 1
+        assert "groups_in_flight" not in record and "groups_too_old" not in record
         assert (
             record["time_rollout_s"] > 0 and record["time_train_s"] > 0 and record["time_weight_sync_s"] > 0
         )

@@ -91,3 +91,19 @@ def test_datasets_that_cannot_be_tasks_get_a_clear_error() -> None:
         materialize_tasks({"question": "q"})
     with pytest.raises(ValueError, match="val_dataset is empty"):
         materialize_tasks([], "val_dataset")
+
+
+def test_tasks_given_back_are_drawn_first_and_survive_a_checkpoint() -> None:
+    tasks = [f"t{i}" for i in range(10)]
+    cursor = TaskCursor(tasks, batch_size=4, seed=3)
+    first_four = TaskCursor(tasks, batch_size=4, seed=3).next_indices(4)
+    held = cursor.next_indices(3)
+    assert held == first_four[:3]
+    cursor.give_back(held[1:])  # two groups were still running at the checkpoint
+    saved = cursor.state()
+    resumed = TaskCursor(tasks, batch_size=4, seed=3)
+    resumed.restore(saved)
+    assert resumed.next_indices(3) == [*held[1:], first_four[3]]
+    old_checkpoint = {"epoch": 0, "index": 2}  # written before tasks could be given back
+    resumed.restore(old_checkpoint)
+    assert resumed.returned == [] and resumed.index == 2

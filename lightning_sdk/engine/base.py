@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Self
 
+from lightning_sdk.engine.gate import RequestGate
 from lightning_sdk.engine.models.resolve import ResolvedModel
 from lightning_sdk.engine.streams import RequestStream, ResultBuilder
 from lightning_sdk.engine.types import CompletionDelta, GenerationResult, SamplingParams, WeightVersion
@@ -13,6 +15,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 __all__ = ["EngineBase"]
+
+_GATE_LOCK = threading.Lock()
 
 
 class EngineBase:
@@ -26,6 +30,25 @@ class EngineBase:
     model: ResolvedModel
     _tokenizer: PreTrainedTokenizerBase
     _version: WeightVersion = None
+    _gate: RequestGate | None = None
+
+    @property
+    def gate(self) -> RequestGate:
+        """Holds new requests while closed (`pause`), so that new weights answer them; see `RequestGate`."""
+        if self._gate is None:
+            with _GATE_LOCK:
+                if self._gate is None:
+                    self._gate = RequestGate()
+        return self._gate
+
+    def pause(self) -> None:
+        """Hold every new request until `resume`, once the running ones have finished (the trainer calls
+        this before an update while agents keep running: their calls wait here, not fail)."""
+        self.gate.close()
+
+    def resume(self) -> None:
+        """Undo `pause`: the held requests start, on the weights loaded meanwhile."""
+        self.gate.open()
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -44,30 +67,45 @@ class EngineBase:
         all_params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(all_params) != len(prompts):
             raise ValueError(f"Got {len(prompts)} prompts but {len(all_params)} sampling parameter sets.")
-        submitted = [
-            self._submit(prompt, p, asynchronous=False, deltas=False)
-            for prompt, p in zip(prompts, all_params)
-        ]
-        return [
-            ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
-            for (stream, version), prompt, p in zip(submitted, prompts, all_params)
-        ]
+        gate = self.gate
+        gate.enter_blocking()
+        try:
+            submitted = [
+                self._submit(prompt, p, asynchronous=False, deltas=False)
+                for prompt, p in zip(prompts, all_params)
+            ]
+            return [
+                ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
+                for (stream, version), prompt, p in zip(submitted, prompts, all_params)
+            ]
+        finally:
+            gate.leave()
 
     async def agenerate(self, prompt_token_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
         """Sample completions for one prompt; concurrent calls are batched together."""
-        stream, version = self._submit(prompt_token_ids, params, asynchronous=True, deltas=False)
-        builder = ResultBuilder(list(prompt_token_ids), params.n, version)
-        async for delta in stream:
-            builder.add(delta)
-        return builder.build()
+        gate = self.gate
+        await gate.enter()
+        try:
+            stream, version = self._submit(prompt_token_ids, params, asynchronous=True, deltas=False)
+            builder = ResultBuilder(list(prompt_token_ids), params.n, version)
+            async for delta in stream:
+                builder.add(delta)
+            return builder.build()
+        finally:
+            gate.leave()
 
     async def astream(
         self, prompt_token_ids: Sequence[int], params: SamplingParams
     ) -> AsyncIterator[CompletionDelta]:
         """Yield new tokens of the prompt's completions as the engine samples them."""
-        stream, _ = self._submit(prompt_token_ids, params, asynchronous=True, deltas=True)
-        async for delta in stream:
-            yield delta
+        gate = self.gate
+        await gate.enter()
+        try:
+            stream, _ = self._submit(prompt_token_ids, params, asynchronous=True, deltas=True)
+            async for delta in stream:
+                yield delta
+        finally:
+            gate.leave()
 
     def _submit(
         self, prompt_token_ids: Sequence[int], params: SamplingParams, *, asynchronous: bool, deltas: bool

@@ -248,6 +248,9 @@ def call_view(
         "agent": owner.name,
         "adapter": call.adapter or "",
         "model": call.model or "",
+        # The weights that sampled it: a trained run's step whose adapter answered (rollouts that run on
+        # through the update mix versions within a group).
+        "policy_version": _policy_version(call),
         "messages": messages,
         "tools": [str((tool.get("function") or tool).get("name", "?")) for tool in call.tools or []],
         "reply": reply_text,
@@ -265,6 +268,12 @@ def call_view(
         "step_parts": _step_parts(call),
         "earlier": {"count": earlier[0], "call": earlier[1] + 1} if earlier else None,
     }
+
+
+def _policy_version(call: LLMCall) -> str:
+    if call.policy_version is not None:
+        return f"step {call.policy_version}"
+    return "none reported: the base weights, or another server"
 
 
 def episode_view(episode: Episode) -> dict[str, Any]:

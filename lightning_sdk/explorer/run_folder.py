@@ -89,6 +89,13 @@ def _points(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     ]
 
 
+def staleness_ages(records: list[dict[str, Any]]) -> list[int]:
+    """The ages the run counted groups at (`groups_staleness_<k>`, k = 0..max_staleness)."""
+    prefix = "groups_staleness_"
+    found = {key[len(prefix) :] for record in records for key in record if key.startswith(prefix)}
+    return sorted(int(age) for age in found if age.isdigit())
+
+
 def charts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The Run page's curves, as JSON for the page's script: each chart a title and named series of
     [step, value] points."""
@@ -141,6 +148,26 @@ def charts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "tokens off by more than 2x": _points(records, "mismatch_tail_share"),
                 "signal removed by the importance weights": _points(records, "mismatch_signal_removed"),
+            },
+        ),
+        (
+            "staleness",
+            "Rollouts through the update (max_staleness): groups trained by age, too old, running",
+            {
+                **{
+                    f"trained, {age} update(s) old": _points(records, f"groups_staleness_{age}")
+                    for age in staleness_ages(records)
+                },
+                "too old (left out)": _points(records, "groups_too_old"),
+                "running through the update": _points(records, "groups_in_flight"),
+            },
+        ),
+        (
+            "engine_busy",
+            "Share of the step the engine had model calls in flight; calls held during the update",
+            {
+                "engine busy": _points(records, "engine_busy_share"),
+                "calls held": _points(records, "calls_held"),
             },
         ),
         (

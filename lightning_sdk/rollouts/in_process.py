@@ -22,7 +22,7 @@ from lightning_sdk.tracing.context import collect_into
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.routing import Router, routing
 
-__all__ = ["Rollout", "agent_accepts_llm", "call_agent", "run_episode", "run_rollouts"]
+__all__ = ["EpisodeRunner", "Rollout", "agent_accepts_llm", "call_agent", "run_episode", "run_rollouts"]
 
 
 @dataclass
@@ -98,25 +98,57 @@ async def run_rollouts(
     (e.g. to advance a progress bar). `router` sends the agent's model calls to the policy (see
     `lightning_sdk.tracing.routing`).
     """
-    kwargs = {"llm": llm} if llm is not None and agent_accepts_llm(agent) else {}
-    semaphore = asyncio.Semaphore(max_concurrency)
-    with ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="lightning-rollout") as executor:
-
-        async def run_slot(task_index: int, sample_index: int) -> Rollout:
-            async with semaphore:
-                rollout = await run_episode(
-                    agent, tasks[task_index], kwargs, executor, timeout_s, reward_fn, router
-                )
-            rollout.task_index, rollout.sample_index = task_index, sample_index
-            if on_finished is not None:
-                on_finished(rollout)
-            return rollout
-
+    with EpisodeRunner(agent, llm, max_concurrency, timeout_s, reward_fn, router, on_finished) as runner:
         slots = [(t, s) for t in range(len(tasks)) for s in range(group_size)]
-        rollouts = await asyncio.gather(*(run_slot(t, s) for t, s in slots))
-        # Sync agents that timed out still occupy threads; do not wait for them.
-        executor.shutdown(wait=False, cancel_futures=True)
+        rollouts = await asyncio.gather(*(runner.run(tasks[t], t, s) for t, s in slots))
     return list(rollouts)
+
+
+class EpisodeRunner:
+    """Runs episodes of one agent with one concurrency limit and one thread pool for all of them: the
+    batch of a step (`run_rollouts`), or groups that come and go while training goes on
+    (`lightning_sdk.rollouts.pool`)."""
+
+    def __init__(
+        self,
+        agent: Callable[..., Any],
+        llm: Any = None,
+        max_concurrency: int = 32,
+        timeout_s: float = 300.0,
+        reward_fn: Callable[[Any, Any], float] | None = None,
+        router: Router | None = None,
+        on_finished: Callable[[Rollout], None] | None = None,
+    ) -> None:
+        self.agent, self.timeout_s, self.reward_fn, self.router = agent, timeout_s, reward_fn, router
+        self.on_finished = on_finished
+        self.kwargs = {"llm": llm} if llm is not None and agent_accepts_llm(agent) else {}
+        self.semaphore = asyncio.Semaphore(max_concurrency)
+        self.executor = ThreadPoolExecutor(max_concurrency, thread_name_prefix="lightning-rollout")
+
+    async def run(self, task: Any, task_index: int, sample_index: int) -> Rollout:
+        """One run of the agent on `task`, once a slot is free."""
+        async with self.semaphore:
+            rollout = await run_episode(
+                self.agent, task, self.kwargs, self.executor, self.timeout_s, self.reward_fn, self.router
+            )
+        rollout.task_index, rollout.sample_index = task_index, sample_index
+        if self.on_finished is not None:
+            self.on_finished(rollout)
+        return rollout
+
+    async def run_group(self, task: Any, group_size: int) -> list[Rollout]:
+        """`group_size` runs of the agent on `task`, in `sample_index` order (`task_index` 0)."""
+        return list(await asyncio.gather(*(self.run(task, 0, s) for s in range(group_size))))
+
+    def close(self) -> None:
+        # Sync agents that timed out still occupy threads; do not wait for them.
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> EpisodeRunner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 async def run_episode(

@@ -81,6 +81,10 @@ class LLMCall:
     """Exact token ids the engine sampled."""
     logprobs: list[float] | None = None
     """Sampling log-probability of each completion token."""
+    policy_version: int | str | None = None
+    """The version of the weights that sampled the call, as the server reported it (`weight_version`; on
+    the trainer's endpoint the step whose adapter answered, None for the base model). Rollouts that run on
+    through an update (`TrainerConfig.max_staleness`) measure a sample's age with it."""
     started_at: float = field(default_factory=time.time)
     """Unix time the request was sent."""
     latency_s: float | None = None

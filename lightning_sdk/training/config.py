@@ -205,6 +205,16 @@ class TrainerConfig:
     sampling). The step then trains on those groups only. 0 (the default) trains on the first round as it
     comes. Each round costs a rollout; the metrics `groups_with_signal`, `groups_rolled_out` and
     `rollout_rounds` show what it bought."""
+    max_staleness: int = 0
+    """How many updates old a trained sample may be. 0 (the default): every step rolls out its batch, then
+    trains on it, the engine idle while the agents finish and the agents idle while the model trains.
+    With S >= 1 rollouts never stop for the update: up to `(S + 1) x batch_size` groups run at once, a step
+    trains on the first `batch_size` to complete (the rest run on), and a model call made during the update
+    waits at the endpoint and is answered by the new weights. A group with a call sampled more than S
+    updates before the one it would train is left out (`groups_too_old`), never silently. The truncated
+    importance weight (`importance_sampling_cap`) corrects for the older policy. Pays when agents wait on
+    tools; see docs/trainer.md, "Rollouts that run on through the update". In-process agents and runners
+    alike; not under torchrun yet."""
     on_error: Literal["drop", "zero"] = "drop"
     """A failed or timed-out episode is dropped from its group (`"drop"`) or scored 0 (`"zero"`)."""
 

@@ -78,6 +78,7 @@ def _check_int_fields(config: object) -> str | None:
         "warmup_steps",
         "seed",
         "dynamic_sampling_rounds",
+        "max_staleness",
     )
     for name in names:
         value = getattr(config, name)
@@ -368,6 +369,7 @@ _CHECKS: list[Check] = [
     _at_least("keep_checkpoints", 1, "resuming needs the newest checkpoint"),
     _at_least("eval_every", 0, "0 means only at the start and the end"),
     _at_least("dynamic_sampling_rounds", 0, "0 turns dynamic sampling off"),
+    _at_least("max_staleness", 0, "0 trains each step on its own rollouts"),
     _at_least("kl_coef", 0, "a negative KL weight pushes the model away from the base model"),
     _at_least("advantage_eps", 0, "it is added to a standard deviation before dividing"),
     _check_sampling,

@@ -98,6 +98,10 @@ class TaskCursor:
     """Position inside the current pass."""
     balance_by: BalanceKey | None = None
     """Draw the groups of tasks with equal keys evenly (`None`: every task once per pass)."""
+    returned: list[int] = field(default_factory=list)
+    """Tasks handed out but not trained on, given back (`give_back`): drawn again first. Rollouts that
+    run on through the update (`TrainerConfig.max_staleness`) give back the tasks still running at a
+    checkpoint, so a resumed run trains them."""
     _groups: list[list[int]] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -106,23 +110,32 @@ class TaskCursor:
 
     def next_batch(self) -> list[Any]:
         """The next `batch_size` tasks, crossing into the next (reshuffled) pass when needed."""
-        batch: list[Any] = []
-        while len(batch) < self.batch_size:
+        return [self.tasks[i] for i in self.next_indices(self.batch_size)]
+
+    def next_indices(self, count: int) -> list[int]:
+        """The positions in `tasks` of the next `count` tasks: given-back ones first, then the passes'."""
+        indices, self.returned = self.returned[:count], self.returned[count:]
+        while len(indices) < count:
             order = self._order(self.epoch)
-            take = min(self.batch_size - len(batch), len(order) - self.index)
-            batch.extend(self.tasks[i] for i in order[self.index : self.index + take])
+            take = min(count - len(indices), len(order) - self.index)
+            indices.extend(order[self.index : self.index + take])
             self.index += take
             if self.index >= len(order):
                 self.epoch, self.index = self.epoch + 1, 0
-        return batch
+        return indices
 
-    def state(self) -> dict[str, int]:
-        """The position, for checkpoints."""
-        return {"epoch": self.epoch, "index": self.index}
+    def give_back(self, indices: list[int]) -> None:
+        """Tasks handed out and not trained on: the next draws take them first, in this order."""
+        self.returned = [*indices, *self.returned]
 
-    def restore(self, state: dict[str, int]) -> None:
-        """Continue from a position saved by `state()`."""
+    def state(self) -> dict[str, Any]:
+        """The position (and the tasks given back), for checkpoints."""
+        return {"epoch": self.epoch, "index": self.index, "returned": list(self.returned)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from a position saved by `state()` (a checkpoint from before `returned` has none)."""
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self.returned = [int(i) for i in state.get("returned", [])]
 
     def _order(self, epoch: int) -> list[int]:
         if self._groups:

@@ -19,6 +19,8 @@ class StepRollouts:
     groups: list[PreparedGroup] = field(default_factory=list)
     """One per task, in the order of `Rollout.task_index`."""
     rounds: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+    """Metrics only rollouts that run on through the update have (staleness, groups in flight)."""
 
     @property
     def groups_with_signal(self) -> int:
@@ -46,4 +48,5 @@ def rollout_metrics(rolled: StepRollouts) -> dict[str, float]:
         "groups_rolled_out": len(rolled.groups),
         "groups_with_signal": rolled.groups_with_signal,
         "rollout_rounds": rolled.rounds,
+        **rolled.extra,
     }

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from lightning_sdk.training.algorithm.signal import SignalWatch, signal_counts
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
 from lightning_sdk.training.evaluation import evaluate_agent
+from lightning_sdk.training.fit_result import FitResult
 from lightning_sdk.training.group_rewards import (
     GroupReward,
     apply_group_reward,
@@ -34,6 +35,7 @@ from lightning_sdk.training.group_rewards import (
     one_at_a_time,
 )
 from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
+from lightning_sdk.training.overlapped import OverlappedRollouts, check_overlap_possible
 from lightning_sdk.training.records.live_view import live_view
 from lightning_sdk.training.records.run_dir import make_run_dir, refuse_earlier_run, write_run_info
 from lightning_sdk.training.records.run_warnings_file import keep_warnings
@@ -45,6 +47,7 @@ from lightning_sdk.training.run.best_adapter import (
     read_best,
     write_best,
 )
+from lightning_sdk.training.run.group_runs import group_run
 from lightning_sdk.training.run.session import TrainingSession
 from lightning_sdk.training.run.startup import seed_everything
 from lightning_sdk.training.step_rollouts import (
@@ -62,29 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["FitResult", "Trainer"]
 
 log = logging.getLogger("lightning_sdk.training")
-
-
-@dataclass
-class FitResult:
-    """What `Trainer.fit` returns."""
-
-    run_dir: Path
-    """Folder with checkpoints, `metrics.jsonl`, the final adapter and reports."""
-    adapter_path: Path
-    """The run's LoRA adapter (peft folder, safetensors): with a validation set and `keep_best`, the one of
-    the best held-out reward (`run_dir/best_adapter`, maybe the starting one); else the last one."""
-    last_adapter_path: Path | None = None
-    """The adapter after the last step (`run_dir/adapter`), whichever `adapter_path` is."""
-    best_step: int | None = None
-    """The step whose adapter `adapter_path` is, when it is the best evaluated one (0: the starting one)."""
-    best_eval: dict[str, float] | None = None
-    """The validation metrics of that adapter."""
-    history: list[dict[str, Any]] = field(default_factory=list)
-    """One metrics record per step (and per evaluation), as written to `metrics.jsonl`."""
-    initial_eval: dict[str, float] | None = None
-    """Validation metrics of the base model (before the first step), when a validation set was given."""
-    final_eval: dict[str, float] | None = None
-    """Validation metrics after the last step, when a validation set was given."""
 
 
 class Trainer:
@@ -268,6 +248,11 @@ class _Loop:
                 "dynamic_sampling_rounds is not supported under torchrun yet (each rank would draw a "
                 "different number of extra tasks); set it to 0 or train in one process."
             )
+        self.overlapped = None
+        if config.max_staleness:  # rollouts that run on through the update
+            check_overlap_possible(session)
+            run_group = group_run(session, self.agent, self.reward)
+            self.overlapped = OverlappedRollouts(session, self.cursor, run_group, self.prepare_task)
 
     def run(self) -> FitResult:
         session, config = self.session, self.config
@@ -276,19 +261,25 @@ class _Loop:
             self.result.initial_eval = self.evaluate(step=0)
         progress = session.progress(self.start_step)
         started, last_step = time.perf_counter(), self.start_step
-        for step in range(self.start_step + 1, config.max_steps + 1):
-            record = self.train_step(step)
-            progress.update(step, record)
-            last_step = step
-            if step == config.max_steps or self.out_of_time(started):
-                break  # the final checkpoint and evaluation below cover this step
-            if config.save_every and step % config.save_every == 0:
-                session.save_checkpoint(step, self.cursor)
-            if config.eval_every and step % config.eval_every == 0:
-                self.evaluate(step)
+        if self.overlapped is not None:
+            self.overlapped.start()
+        try:
+            for step in range(self.start_step + 1, config.max_steps + 1):
+                record = self.train_step(step)
+                progress.update(step, record)
+                last_step = step
+                if step == config.max_steps or self.out_of_time(started):
+                    break  # the final checkpoint and evaluation below cover this step
+                if config.save_every and step % config.save_every == 0:
+                    session.save_checkpoint(step, self.checkpoint_cursor())
+                if config.eval_every and step % config.eval_every == 0:
+                    self.evaluate(step)
+        finally:
+            if self.overlapped is not None:  # the groups still running are not trained: their tasks go back
+                self.overlapped.stop()
         progress.close()
         if last_step > self.start_step:
-            session.save_checkpoint(last_step, self.cursor)
+            session.save_checkpoint(last_step, self.checkpoint_cursor())
         self.result.final_eval = self.evaluate(last_step)
         self.result.last_adapter_path = session.save_final_adapter()
         self.hand_back_best(last_step)
@@ -305,32 +296,64 @@ class _Loop:
         return self.session.distributed.any_rank(_out_of_time(started, self.config.max_time_s))
 
     def train_step(self, step: int) -> dict[str, Any]:
-        """Roll out and prepare the step's groups, train on the samples of those with a signal, push the
-        new weights, and log the step."""
+        """Roll out (or, with `max_staleness`, take from the groups in flight) and prepare the step's
+        groups, train on the samples of those with a signal, push the new weights, and log the step."""
         session, config = self.session, self.config
-        tasks = session.my_share(self.cursor.next_batch())
-        started = time.perf_counter()
-        with session.rollout_phase():
-            rolled = self.rollout_groups(tasks)
+        started, gate_before = time.perf_counter(), session.gate_counts()
+        rolled = self.collect(step)
         rollout_s = time.perf_counter() - started
         for problem in self.diagnostics.new_problems([group.episodes for group in rolled.groups]):
             log.warning("Step %d: %s", step, problem)
+        # Dynamic sampling runs in one process only (see `__init__`): the batch is this process's.
         trained = (
-            groups_to_train(rolled.groups, len(tasks)) if config.dynamic_sampling_rounds else rolled.groups
+            groups_to_train(rolled.groups, config.batch_size)
+            if config.dynamic_sampling_rounds
+            else rolled.groups
         )
-        stats = session.train(samples_from_groups(trained, config))
-        session.warnings.policy_gap(step, stats, getattr(session.engine, "dtype", None), session.policy_dtype)
-        stats.update(rollout_metrics(rolled))
-        stats.update(signal_counts(rolled.groups, config.success_threshold))
-        low_signal = self.signal.warning(step, stats)
-        if low_signal is not None:
-            log.warning("Step %d: %s", step, low_signal)
-        stats.update(group_reward_metrics(self.group_reward))
-        stats.update(session.push_weights(step))
+        with self.update_window(last=step == config.max_steps):
+            stats = session.train(samples_from_groups(trained, config))
+            session.warnings.policy_gap(
+                step, stats, getattr(session.engine, "dtype", None), session.policy_dtype
+            )
+            stats.update(rollout_metrics(rolled))
+            stats.update(signal_counts(rolled.groups, config.success_threshold))
+            low_signal = self.signal.warning(step, stats)
+            if low_signal is not None:
+                log.warning("Step %d: %s", step, low_signal)
+            stats.update(group_reward_metrics(self.group_reward))
+            stats.update(session.push_weights(step))
+        if self.overlapped is not None:
+            stats["groups_in_flight"] = self.overlapped.running_at_update
         stats["time_rollout_s"] = rollout_s
         stats["time_step_s"] = time.perf_counter() - started
+        gate_after = session.gate_counts()
+        if gate_before is not None and gate_after is not None:  # how busy the engine was, calls held
+            stats["engine_busy_share"] = (gate_after[0] - gate_before[0]) / stats["time_step_s"]
+            stats["calls_held"] = gate_after[1] - gate_before[1]
         stats.update(session.keep_episodes(step, rolled.rollouts))
         return session.log(step, stats)
+
+    def collect(self, step: int) -> StepRollouts:
+        """The step's groups: its own batch, rolled out now (`max_staleness=0`), or the first to complete
+        of the groups in flight (`OverlappedRollouts`)."""
+        if self.overlapped is not None:
+            return self.overlapped.collect(step)
+        tasks = self.session.my_share(self.cursor.next_batch())
+        with self.session.rollout_phase():
+            return self.rollout_groups(tasks)
+
+    def update_window(self, last: bool) -> AbstractContextManager[None]:
+        """The update and the weight push. Step by step the engine sleeps already; with groups in flight
+        it is paused and put to sleep here (their model calls wait at its gate) and woken after."""
+        return self.overlapped.update_window(last) if self.overlapped is not None else nullcontext()
+
+    def paused_rollouts(self) -> AbstractContextManager[None]:
+        """No training rollout runs during an evaluation (with groups in flight, they finish first)."""
+        return self.overlapped.paused_for_evaluation() if self.overlapped is not None else nullcontext()
+
+    def checkpoint_cursor(self) -> TaskCursor:
+        """The task cursor a checkpoint saves: with groups in flight, their tasks given back to it."""
+        return self.overlapped.cursor_with_held_tasks() if self.overlapped is not None else self.cursor
 
     def rollout_groups(self, tasks: list[Any]) -> StepRollouts:
         """The step's rollouts and their groups (one per task), each prepared once as it arrives. With
@@ -348,14 +371,14 @@ class _Loop:
             offset = len(rolled.groups)
             rolled.rollouts += [dataclasses.replace(r, task_index=r.task_index + offset) for r in new]
             groups = group_episodes(new, len(batch))
-            if self.group_reward is not None:
-                for task, episodes in zip(batch, groups, strict=True):
-                    apply_group_reward(self.group_reward, task, episodes)
-            rolled.groups += [self.prepare(episodes) for episodes in groups]
+            rolled.groups += [self.prepare_task(task, episodes) for task, episodes in zip(batch, groups)]
         return rolled
 
-    def prepare(self, episodes: list[Episode]) -> PreparedGroup:
-        """Error policy, call selection, credit and advantages of one group: once per group and step."""
+    def prepare_task(self, task: Any, episodes: list[Episode]) -> PreparedGroup:
+        """The group reward (when there is one), error policy, call selection, credit and advantages of
+        one task's group: once per group and step."""
+        if self.group_reward is not None:
+            apply_group_reward(self.group_reward, task, episodes)
         return prepare_group(episodes, self.config, endpoint_base_url=self.session.endpoint.base_url)
 
     def evaluate(self, step: int) -> dict[str, float] | None:
@@ -363,7 +386,7 @@ class _Loop:
             return None
         session = self.session
         progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
-        with session.eval_phase():
+        with self.paused_rollouts(), session.eval_phase():
             metrics, rollouts = evaluate_agent(
                 session, self.agent, self.val_tasks, self.val_reward, progress.episode_done
             )

@@ -47,6 +47,9 @@ async def serve_chat(ctx: ServingContext, body: Any, observe: ServedObserver | N
     meta = ResponseMeta("chatcmpl", ctx.served, engine.weight_version)
     if req.stream:
         _, deltas = await run_engine(first_and_rest(engine.astream(prepared.prompt, params)))
+        # Read once the first tokens came: a request held while the weights changed (`RequestGate`) is
+        # answered by the new ones, and none change while it runs.
+        meta.weight_version = engine.weight_version
         served = StreamedCall(meta.id, observe) if observe is not None else None
         events = chat_events(
             deltas,
@@ -104,6 +107,7 @@ async def serve_completions(ctx: ServingContext, body: Any, observe: ServedObser
     meta = ResponseMeta("cmpl", ctx.served, engine.weight_version)
     if req.stream:
         _, deltas = await run_engine(first_and_rest(merged_streams(engine, prompts, params)))
+        meta.weight_version = engine.weight_version  # as in `serve_chat`: the weights that answered
         served = StreamedCall(meta.id, observe) if observe is not None else None
         events = completion_events(
             deltas,

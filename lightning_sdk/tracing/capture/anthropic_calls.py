@@ -40,7 +40,7 @@ FINISH_REASONS = {
 }
 """Anthropic's `stop_reason` as chat's `finish_reason` (truncation is `length` in both worlds)."""
 _NOT_SAMPLING = frozenset({"model", "messages", "system", "tools", "stream"})
-_TOKEN_FIELDS = ("prompt_token_ids", "token_ids", "token_logprobs")
+_TOKEN_FIELDS = ("prompt_token_ids", "token_ids", "token_logprobs", "weight_version")
 
 
 def messages_request_record(body: Mapping[str, Any], base_url: str | None, started_at: float) -> LLMCall:
@@ -130,6 +130,7 @@ def calls_from_message(template: LLMCall, message: object, error: str | None = N
     call.prompt_token_ids = extras.get("prompt_token_ids")
     call.completion_token_ids = extras.get("token_ids")
     call.logprobs = extras.get("token_logprobs")
+    call.policy_version = extras.get("weight_version")
     _finish(call, getattr(message, "stop_reason", None), template.started_at, error)
     return [call]
 
@@ -209,6 +210,7 @@ class MessagesStreamAssembler:
         call.prompt_token_ids = self.tokens.get("prompt_token_ids")
         call.completion_token_ids = self.tokens.get("token_ids")
         call.logprobs = self.tokens.get("token_logprobs")
+        call.policy_version = self.tokens.get("weight_version")
         _finish(call, self.stop_reason, self.template.started_at, error or self.failure)
         if closed_early:
             call.metadata["stream_closed_early"] = True

@@ -110,6 +110,7 @@ def calls_from_response(template: LLMCall, response: Any, prompts: Any = None) -
     """One record per choice of a whole (non-streamed) chat or text completion."""
     usage = plain(response.usage) if getattr(response, "usage", None) is not None else None
     prompt_ids = _extra(response, "prompt_token_ids")
+    version = _extra(response, "weight_version")
     calls = []
     for choice in response.choices:
         call = _choice_record(template, choice.index, len(response.choices), prompts)
@@ -125,6 +126,7 @@ def calls_from_response(template: LLMCall, response: Any, prompts: Any = None) -
         call.prompt_token_ids = _extra(choice, "prompt_token_ids") or prompt_ids
         call.completion_token_ids = _extra(choice, "token_ids")
         call.logprobs = _extra(choice, "token_logprobs") or _fallback_logprobs(choice)
+        call.policy_version = version
         call.latency_s = time.time() - template.started_at
         calls.append(call)
     return calls
@@ -150,6 +152,7 @@ class StreamAssembler:
         self.template, self.prompts = template, prompts
         self.request_id: str | None = None
         self.prompt_token_ids: list[int] | None = None
+        self.policy_version: int | str | None = None
         self.usage: dict[str, Any] | None = None
         self.choices: dict[int, _ChoiceParts] = {}
 
@@ -157,6 +160,8 @@ class StreamAssembler:
         self.request_id = self.request_id or getattr(chunk, "id", None)
         if self.prompt_token_ids is None:
             self.prompt_token_ids = _extra(chunk, "prompt_token_ids")
+        if self.policy_version is None:
+            self.policy_version = _extra(chunk, "weight_version")
         if getattr(chunk, "usage", None) is not None:
             self.usage = plain(chunk.usage)
         for choice in chunk.choices or ():
@@ -209,6 +214,7 @@ class StreamAssembler:
                 call.response_message = _message_dict(content, None)
             call.request_id, call.usage, call.finish_reason = self.request_id, self.usage, parts.finish_reason
             call.prompt_token_ids = parts.prompt_token_ids or self.prompt_token_ids
+            call.policy_version = self.policy_version
             call.completion_token_ids = parts.token_ids if parts.saw_token_ids else None
             call.logprobs = parts.logprobs or None
             call.latency_s = time.time() - self.template.started_at

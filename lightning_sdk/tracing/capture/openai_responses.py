@@ -78,6 +78,7 @@ def calls_from_responses_api(template: LLMCall, response: Any, error: str | None
             "total_tokens": usage.get("total_tokens"),
         }
     call.prompt_token_ids = _extras(response).get("prompt_token_ids")
+    call.policy_version = _extras(response).get("weight_version")
     call.completion_token_ids = carrier.get("token_ids")
     call.logprobs = carrier.get("token_logprobs")
     call.latency_s = time.time() - template.started_at

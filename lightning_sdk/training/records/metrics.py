@@ -204,6 +204,9 @@ class ProgressBar:
             parts.append(f"signal={signal}/{rolled_out}")  # groups GRPO could learn from
         if mismatch_is_high(metrics):  # the engine samples from another policy than the one that learns
             parts.append(f"gap={metrics['mismatch_logratio_abs']:.3f}")
+        stale, too_old = metrics.get("staleness_mean"), metrics.get("groups_too_old")
+        if isinstance(stale, (int, float)) and math.isfinite(stale):  # rollouts through the update
+            parts.append(f"stale={stale:.1f}" + (f" old={too_old:.0f}" if too_old else ""))
         shared = metrics.get("step_group_share")
         if isinstance(shared, (int, float)) and math.isfinite(shared):
             parts.append(f"shared={shared:.0%}")  # credit="step": calls whose state another sample faced

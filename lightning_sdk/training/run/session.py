@@ -326,6 +326,16 @@ class TrainingSession:
         """Run a coroutine to completion on the run's one event loop (see `RunLoop`)."""
         return self.loop.run(coroutine)
 
+    def on_close(self, release: Callable[[], object]) -> None:
+        """Release something the run opened when the session closes (newest first)."""
+        self._opened.callback(release)
+
+    def gate_counts(self) -> tuple[float, int] | None:
+        """Seconds so far the engine had model calls in flight, and calls held at its gate during updates
+        (`RequestGate`); None for an engine without a gate."""
+        gate = getattr(self.engine, "gate", None)
+        return (gate.busy_seconds(), gate.held_total) if gate is not None else None
+
     # --- training -------------------------------------------------------------------------------------
     def train(self, prepared: PreparedBatch) -> dict[str, Any]:
         """One GRPO update of the adapter on the step's samples; returns their metrics and the update's."""

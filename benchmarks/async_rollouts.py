@@ -1,0 +1,237 @@
+"""Rollouts that run on through the update (issue 60): wall time and learning, by `max_staleness`.
+
+An agent on the bundled model that waits on a tool as real agents do: each episode makes one to three tool
+calls of 0.5-3 s (one episode in eight waits six times longer: the heavy tail), then answers a sum with
+one model call, scored 1 when the reply is the number alone. The arms train the same number of steps on
+the same tasks, seeds paired:
+
+    s0         max_staleness=0 (the step-by-step loop)
+    s1, s2     max_staleness=1 and 2
+    s1-nocap   max_staleness=1 without the truncated importance weight (importance_sampling_cap=None)
+    instant-s0, instant-s1   the same with an instant tool: the control, where the gain should vanish
+
+    python benchmarks/async_rollouts.py --arms s0 s1 --seeds 0          # one pair
+    python benchmarks/async_rollouts.py                                  # every arm, seeds 0 1 2
+
+Each run is a process of its own (one engine per process). Results: one JSON per run under
+benchmarks/results/async_rollouts/, and benchmarks/results/async_rollouts.md (rewritten from every JSON
+there): wall time per step and in total, the engine's busy share, held-out reward against wall-clock time,
+time to 90% of the paired s0 run's final held-out reward, staleness, and the predicted speed-up
+(T_rollout + T_update) / max(T_rollout, T_update) from the s0 run's own phases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from learning import cpu  # benchmarks/, beside this script: the CPU and whether it has bfloat16
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "async_rollouts"
+TABLE = ROOT / "benchmarks" / "results" / "async_rollouts.md"
+RUNS = ROOT / "runs" / "async_rollouts"
+
+ARMS: dict[str, dict[str, Any]] = {
+    "s0": {"max_staleness": 0},
+    "s1": {"max_staleness": 1},
+    "s2": {"max_staleness": 2},
+    "s1-nocap": {"max_staleness": 1, "importance_sampling_cap": None},
+    "instant-s0": {"max_staleness": 0, "instant_tool": True},
+    "instant-s1": {"max_staleness": 1, "instant_tool": True},
+}
+STEPS, GROUP_SIZE, BATCH_SIZE, EVAL_EVERY = 16, 8, 4, 4
+
+
+def make_tasks(seed: int, count: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [
+        {"id": i, "a": rng.randint(2, 19), "b": rng.randint(2, 19), "tools": rng.randint(1, 3)}
+        for i in range(count)
+    ]
+
+
+def tool_wait(rng: random.Random) -> float:
+    """Seconds one tool call takes: 0.5-3 s, and one episode's call in eight six times longer."""
+    seconds = rng.uniform(0.5, 3.0)
+    return seconds * 6 if rng.random() < 1 / 8 else seconds
+
+
+def build_agent(instant_tool: bool, seed: int) -> Any:
+    import openai
+
+    import lightning_sdk as ls
+
+    counter, lock = [0], threading.Lock()
+
+    @ls.reward
+    def exact_sum(task: dict[str, Any], reply: str) -> float:
+        return 1.0 if reply.strip().rstrip(".") == str(task["a"] + task["b"]) else 0.0
+
+    @ls.trace_agent(name="summer")
+    def summer(task: dict[str, Any]) -> str:
+        with lock:  # a different wait for every episode, reproducible from the seed
+            counter[0] += 1
+            rng = random.Random(f"{seed}:{counter[0]}")
+        for _ in range(task["tools"]):
+            if not instant_tool:
+                time.sleep(tool_wait(rng))  # the tool: a search, a test run, a query
+        question = f"What is {task['a']} + {task['b']}? Reply with the number only."
+        reply = openai.OpenAI().chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": question}], max_tokens=12
+        )
+        answer = reply.choices[0].message.content or ""
+        exact_sum(task, answer)
+        return answer
+
+    return summer
+
+
+def train_one(arm: str, seed: int, run_dir: Path) -> None:
+    """In the child process: one arm, one seed."""
+    import lightning_sdk as ls
+
+    settings = dict(ARMS[arm])
+    instant = settings.pop("instant_tool", False)
+    config = ls.TrainerConfig(
+        group_size=GROUP_SIZE,
+        batch_size=BATCH_SIZE,
+        max_steps=STEPS,
+        learning_rate=1e-4,
+        eval_every=EVAL_EVERY,
+        save_every=0,
+        seed=seed,
+        run_dir=str(run_dir),
+        max_tokens=12,
+        **settings,
+    )
+    agent = build_agent(instant, seed)
+    train_tasks, held_out = make_tasks(1000 + seed, 64), make_tasks(2000 + seed, 24)
+    ls.Trainer(config=config).fit(agent, train_tasks, val_dataset=held_out)
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    info = json.loads((run_dir / "run.json").read_text())
+    started = min(record["time"] for record in records)
+    steps = [record for record in records if "reward_mean" in record]
+    evals = [record for record in records if "val_reward" in record]
+    keys = ("time_step_s", "time_rollout_s", "time_train_s", "time_weight_sync_s", "engine_busy_share")
+    return {
+        "engine_dtype": info["starts"][-1].get("engine_dtype"),
+        "steps": [
+            {
+                "step": r["step"],
+                **{key: r.get(key) for key in keys},
+                "staleness_mean": r.get("staleness_mean", 0.0),
+                "groups_too_old": r.get("groups_too_old", 0.0),
+                "calls_held": r.get("calls_held", 0),
+            }
+            for r in steps
+        ],
+        "held_out": [
+            {"step": r["step"], "seconds": r["time"] - started, "reward": r["val_reward"]} for r in evals
+        ],
+        "wall_s": max(record["time"] for record in records) - started,
+    }
+
+
+def _median(values: list[Any]) -> float:
+    numbers = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    return statistics.median(numbers) if numbers else math.nan
+
+
+def time_to(held_out: list[dict[str, Any]], target: float) -> float:
+    """Seconds until the held-out reward first reached `target` (inf when it never did)."""
+    return next((point["seconds"] for point in held_out if point["reward"] >= target), math.inf)
+
+
+def write_table() -> None:
+    results = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))]
+    baseline = {(r["seed"], r["arm"].startswith("instant")): r for r in results if r["arm"].endswith("s0")}
+    rows = []
+    for r in sorted(results, key=lambda r: (r["arm"], r["seed"])):
+        steps = r["steps"][1:] or r["steps"]  # the first step pays the warm-up
+        base = baseline.get((r["seed"], r["arm"].startswith("instant")))
+        target = 0.9 * base["held_out"][-1]["reward"] if base else math.nan
+        reach = time_to(r["held_out"], target) if base else math.nan
+        base_reach = time_to(base["held_out"], target) if base else math.nan
+        ratio = reach / base_reach if base and math.isfinite(reach) and base_reach > 0 else math.nan
+        rollout, update = (
+            _median([s["time_rollout_s"] for s in steps]),
+            _median([(s["time_step_s"] or 0) - (s["time_rollout_s"] or 0) for s in steps]),
+        )
+        predicted = (rollout + update) / max(rollout, update) if r["arm"].endswith("s0") else math.nan
+        rows.append(
+            f"| {r['arm']} | {r['seed']} | {_median([s['time_step_s'] for s in steps]):.1f} | "
+            f"{r['wall_s'] / 60:.1f} | {_median([s['engine_busy_share'] for s in steps]):.0%} | "
+            f"{r['held_out'][0]['reward']:.3f} → {r['held_out'][-1]['reward']:.3f} | "
+            f"{reach / 60:.1f} ({ratio:.2f}x) | "
+            f"{_median([s['staleness_mean'] for s in steps]):.2f} | "
+            f"{sum(s['groups_too_old'] or 0 for s in r['steps']):.0f} | {predicted:.2f} | "
+            f"{r['engine_dtype']} | {r['cpu']} | {r['date']} |"
+        )
+    TABLE.write_text(
+        "# Rollouts that run on through the update, by max_staleness\n\n"
+        "Written by `python benchmarks/async_rollouts.py` (the docstring names the agent and the arms; "
+        f"{STEPS} steps of {BATCH_SIZE} groups of {GROUP_SIZE}, held-out reward every {EVAL_EVERY} steps on "
+        "24 tasks; each row one run). Seconds per step: the median after the first step. Time to 90%: "
+        "minutes until the held-out reward first reached 90% of the paired s0 run's final one (its "
+        "ratio to s0's own time in brackets). Predicted speed-up (s0 rows): (T_rollout + T_update) / "
+        "max(T_rollout, T_update) from that run's median phases.\n\n"
+        "| arm | seed | s / step | total min | engine busy | held-out first → last | "
+        "min to 90% of s0 | staleness (mean) | groups too old | predicted speed-up | engine dtype | CPU | "
+        "date |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--table", action="store_true", help="only rewrite the table")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        arm, seed = args.child
+        train_one(arm, int(seed), RUNS / f"{arm}-seed{seed}")
+        return
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for seed in [] if args.table else args.seeds:
+        for arm in args.arms:  # paired: every arm of a seed before the next seed
+            run_dir = RUNS / f"{arm}-seed{seed}"
+            if run_dir.exists():
+                subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+            started = time.time()
+            command = [sys.executable, __file__, "--child", arm, str(seed)]
+            subprocess.run(command, check=True, env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+            result = {
+                "arm": arm,
+                "seed": seed,
+                **read_run(run_dir),
+                "process_s": time.time() - started,
+                "cpu": cpu(),
+                "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            }
+            (RESULTS / f"{arm}-seed{seed}.json").write_text(json.dumps(result, indent=1) + "\n")
+            write_table()
+            print(f"{arm} seed {seed}: {result['wall_s'] / 60:.1f} min", flush=True)
+    write_table()
+    print(TABLE.read_text())
+
+
+if __name__ == "__main__":
+    main()

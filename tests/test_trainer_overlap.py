@@ -1,0 +1,140 @@
+"""Rollouts that run on through the update (`max_staleness >= 1`), on the shared vLLM engine.
+
+The agent waits on a "tool" between its two model calls, as real agents do; while the trainer updates, its
+calls wait at the engine's gate and are answered by the new weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import lightning_sdk as ls
+from lightning_sdk.tracing.context import collect_into
+from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.training.records.metrics import read_metrics
+
+pytestmark = pytest.mark.slow
+
+TASKS = [{"id": i, "question": f"Name a colour number {i}."} for i in range(8)]
+
+
+def ask(question: str, max_tokens: int = 6) -> str:
+    reply = openai.OpenAI().chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": question}], max_tokens=max_tokens
+    )
+    return reply.choices[0].message.content or ""
+
+
+@ls.reward
+def length_reward(task: dict[str, Any], answer: str) -> float:
+    return len(answer) / 40
+
+
+@ls.trace_agent(name="tool_user")
+def tool_user(task: dict[str, Any]) -> str:
+    first = ask(task["question"])
+    time.sleep(0.2 + 0.3 * (task["id"] % 3))  # the tool: the agent's own time, not the model's
+    answer = ask(f"Say more about: {first}")
+    length_reward(task, answer)
+    return answer
+
+
+def test_a_call_made_during_an_update_waits_and_the_new_weights_answer_it(
+    served_endpoint: Any, lora_adapter_dir: Path
+) -> None:
+    engine, endpoint = served_endpoint.engine, served_endpoint.endpoint
+    client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)
+    sinks: dict[str, list[Episode]] = {"whole": [], "streamed": []}
+
+    @ls.trace_agent(name="caller")
+    def caller(stream: bool) -> None:
+        request = {"model": "policy", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        if stream:
+            for _ in client.chat.completions.create(**request, stream=True):
+                pass
+        else:
+            client.chat.completions.create(**request)
+
+    def call(kind: str) -> None:
+        with collect_into(sinks[kind]):
+            caller(kind == "streamed")
+
+    engine.pause()  # what the trainer does before an update
+    try:
+        threads = [threading.Thread(target=call, args=(kind,)) for kind in sinks]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        assert all(thread.is_alive() for thread in threads) and engine.gate.held == 2  # held, not failed
+        engine.load_adapter(lora_adapter_dir, version=7)  # the update's new weights
+    finally:
+        engine.resume()
+    for thread in threads:
+        thread.join(120)
+    for kind, sink in sinks.items():
+        [episode] = sink
+        [recorded] = episode.calls
+        assert recorded.error is None and recorded.completion_token_ids, kind
+        assert recorded.policy_version == 7, kind  # answered by, and labelled with, the new weights
+
+
+def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    config = ls.TrainerConfig(
+        group_size=2,
+        batch_size=2,
+        max_steps=3,
+        max_staleness=1,
+        max_tokens=6,
+        learning_rate=1e-3,
+        save_every=0,
+        eval_every=2,
+        run_dir=str(run_dir),
+        progress_bar=False,
+    )
+    result = ls.Trainer(config=config, engine=vllm_engine).fit(tool_user, TASKS, val_dataset=TASKS[:2])
+
+    steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert [record["step"] for record in steps] == [1, 2, 3]
+    for record in steps:
+        assert record["episodes_failed"] == 0  # held calls were answered, not failed or timed out
+        trained = record["groups_staleness_0"] + record["groups_staleness_1"]
+        assert record["groups_rolled_out"] == trained == 2 and record["groups_too_old"] == 0
+        # Running through the update: the groups that replace the step's (none after the last step), and
+        # the others still running; at most (S + 1) x batch_size.
+        assert (2 if record["step"] < 3 else 0) <= record["groups_in_flight"] <= 4
+        assert 0 < record["engine_busy_share"] <= 1 and record["calls_held"] >= 0
+    assert result.final_eval is not None and result.final_eval["episodes"] == 2
+
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        stored = store.episodes()
+    assert len(stored) == 3 * 2 * 2
+    for episode in stored:
+        versions = [0 if call.policy_version is None else call.policy_version for call in episode.calls]
+        step = episode.metadata["step"]
+        # Sampled by the weights of an update at most one before the step's (max_staleness=1), in order.
+        assert versions == sorted(versions) and step - 2 <= versions[0] <= versions[-1] <= step - 1
+
+    # The groups held at the end (S x batch_size) were not trained: the checkpoint gives their tasks back.
+    state = json.loads((run_dir / "checkpoints" / "step-00000003" / "trainer_state.json").read_text())
+    returned = state["data"]["returned"]
+    assert len(returned) == 2 and all(0 <= task_id < len(TASKS) for task_id in returned)
+
+    resumed = ls.Trainer(
+        config=dataclasses.replace(config, max_steps=4, eval_every=0), engine=vllm_engine
+    ).fit(tool_user, TASKS, resume=True)
+    steps_run = [record["step"] for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert resumed.history and steps_run == [1, 2, 3, 4]
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        step_four = {e.task["id"] for e in store.episodes() if e.metadata["step"] == 4}
+    state = json.loads((run_dir / "checkpoints" / "step-00000004" / "trainer_state.json").read_text())
+    # The resumed run started the tasks given back first: each was trained at step 4 or is held again.
+    assert set(returned) <= step_four | {TASKS[i]["id"] for i in state["data"]["returned"]}
