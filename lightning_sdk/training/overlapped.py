@@ -159,10 +159,14 @@ class OverlappedRollouts:
             self._phase.enter_context(self.session.rollout_phase())
 
     # -- the end -------------------------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Cancel the groups still held and give their tasks back to the cursor, so that a checkpoint
-        taken now records them as not yet trained; the engine goes back to sleep."""
+    def stop(self, finish_running: bool = True) -> None:
+        """Give the tasks of the groups still held back to the cursor, so that a checkpoint taken now
+        records them as not yet trained, and put the engine back to sleep. `finish_running`: let the running
+        groups end first (a run that ends normally: agents in threads cannot be cancelled, and would go on
+        calling the engine during the final evaluation); else cancel them (an error, Ctrl+C)."""
         self.running = False
+        if finish_running:
+            self.pool.wait_idle()
         held = self.pool.task_ids()
         self.pool.close()
         self.cursor.give_back(held)

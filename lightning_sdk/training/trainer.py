@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -275,8 +276,8 @@ class _Loop:
                 if config.eval_every and step % config.eval_every == 0:
                     self.evaluate(step)
         finally:
-            if self.overlapped is not None:  # the groups still running are not trained: their tasks go back
-                self.overlapped.stop()
+            if self.overlapped is not None:  # the groups still held are not trained: their tasks go back
+                self.overlapped.stop(finish_running=sys.exc_info()[0] is None)
         progress.close()
         if last_step > self.start_step:
             session.save_checkpoint(last_step, self.checkpoint_cursor())
