@@ -50,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+_VERBOSE_HELP = "Show what the engine and its libraries print on the console (default: run_dir/engine.log)."
+
+
 def _add_quickstart(commands: Commands) -> None:
     from lightning_sdk.quickstart import QUICKSTART
 
@@ -65,6 +68,7 @@ def _add_quickstart(commands: Commands) -> None:
         help=f"Training steps (default: {QUICKSTART['steps']}).",
     )
     quickstart.add_argument("--run-dir", default=None, help="Run folder (default: runs/<date-time>).")
+    quickstart.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     quickstart.set_defaults(handler=_run_quickstart)
 
 
@@ -91,6 +95,7 @@ def _add_train(commands: Commands) -> None:
     train.add_argument("--steps", type=int, default=None, help="Override max_steps.")
     train.add_argument("--run-dir", default=None, help="Run folder.")
     train.add_argument("--resume", action="store_true", help="Continue the run in --run-dir.")
+    train.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     train.set_defaults(handler=_run_train)
 
 
@@ -157,7 +162,8 @@ def _add_runner(commands: Commands) -> None:
 def _run_quickstart(args: argparse.Namespace) -> int:
     from lightning_sdk.quickstart import run_quickstart
 
-    _print_quickstart_summary(run_quickstart(steps=args.steps, run_dir=args.run_dir))
+    verbose: dict[str, Any] = {"verbose": True} if args.verbose else {}
+    _print_quickstart_summary(run_quickstart(steps=args.steps, run_dir=args.run_dir, **verbose))
     return 0
 
 
@@ -189,6 +195,8 @@ def _run_train(args: argparse.Namespace) -> int:
         fields["max_steps"] = args.steps
     if args.run_dir is not None:
         fields["run_dir"] = args.run_dir
+    if args.verbose:
+        fields["verbose"] = True
     trainer = Trainer(model=args.model, config=TrainerConfig(**fields), engine=args.engine)
     reward = _load_object(args.reward) if args.reward else None
     val = _read_jsonl(args.val_data) if args.val_data else None

@@ -10,11 +10,14 @@ import pytest
 import lightning_sdk as ls
 from lightning_sdk.cli import main
 from lightning_sdk.training.update.memory import (
+    AUTO_BUDGETS,
+    AUTO_SPARE,
     GIB,
     GPU_MEASUREMENTS,
     ModelShape,
     advice,
     bound_reason,
+    choose_micro_batch_tokens,
     estimate_run_memory,
     estimate_step_memory,
     run_tokens,
@@ -151,17 +154,59 @@ def test_the_start_line_is_a_bound_against_this_machine_and_the_first_step_says_
     placement = plan_placement()
     assert not placement.on_gpu
     caplog.set_level("INFO", logger="lightning_sdk")
-    # 1.5B in float32 without checkpointing at 16384 padded tokens: far over any 2-core CI machine.
-    say_step_memory(ls.TrainerConfig(), tmp_path, placement)
+    # 1.5B in float32 without checkpointing at 16384 padded tokens, the user's own setting: far over any
+    # 2-core CI machine, so it warns with what to change.
+    settled = say_step_memory(ls.TrainerConfig(micro_batch_tokens=16384), tmp_path, placement)
     [bound] = [record for record in caplog.records if "memory bound" in record.getMessage()]
     assert bound.levelname == "WARNING" and "micro_batch_tokens=16384" in bound.getMessage()
-    assert "GiB available. Try:" in bound.getMessage()
+    assert "GiB available. Try:" in bound.getMessage() and settled.micro_batch_tokens == 16384
     caplog.clear()
-    say_step_memory(ls.TrainerConfig(max_sample_tokens=16, micro_batch_size=1), tmp_path, placement)
-    [small] = [record for record in caplog.records if "memory bound" in record.getMessage()]
-    assert small.levelname == "INFO" and "one sample at max_sample_tokens=16" in small.getMessage()
-    assert "GiB available" in small.getMessage()
+    small = ls.TrainerConfig(max_sample_tokens=16, micro_batch_size=1, micro_batch_tokens=None)
+    say_step_memory(small, tmp_path, placement)
+    [line] = [record for record in caplog.records if record.getMessage().startswith("memory:")]
+    assert line.levelname == "INFO" and "one sample at max_sample_tokens=16" in line.getMessage()
+    assert "GiB available" in line.getMessage() and len(line.getMessage()) < 160  # one short line
     caplog.clear()
     say_step_memory_used(ls.TrainerConfig(), tmp_path, placement, tokens=300)
     [used] = [record for record in caplog.records if "memory used" in record.getMessage()]
     assert "held 300 tokens" in used.getMessage() and "peak resident memory" in used.getMessage()
+
+
+def test_auto_takes_the_largest_budget_that_fits_and_says_why() -> None:
+    from lightning_sdk.engine.models.resolve import resolve_model
+
+    model_config = json.loads((resolve_model(None).path / "config.json").read_text())
+    config = ls.TrainerConfig()  # micro_batch_tokens="auto", the bundled model on a CPU
+    assert config.micro_batch_tokens == "auto"
+    need = {
+        budget: estimate_run_memory(ls.TrainerConfig(micro_batch_tokens=budget), model_config, False).total
+        for budget in AUTO_BUDGETS
+    }
+    # A large machine: the largest budget, past which a step is no faster.
+    assert choose_micro_batch_tokens(config, model_config, False, 64 * GIB) == (16384, "the largest it tries")
+    # Room for 8192 with a tenth to spare, not for 16384: 8192, and what 16384 would have needed.
+    available = int(need[8192] / (1 - AUTO_SPARE)) + 1
+    budget, why = choose_micro_batch_tokens(config, model_config, False, available)
+    assert budget == 8192 and why == f"16384 would need {need[16384] / GIB:.1f} GiB"
+    # Too small for any: the smallest, and the start-up line warns (as for an explicit setting).
+    tight = choose_micro_batch_tokens(config, model_config, False, GIB // 4)
+    assert tight == (2048, "none of its budgets fits")
+    # Unknown memory: the largest, as before "auto" existed.
+    assert choose_micro_batch_tokens(config, model_config, False, None)[0] == 16384
+
+
+def test_the_bundled_model_with_the_default_config_starts_without_a_warning_on_16_gib(
+    tmp_path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a 16 GiB laptop has left for training once the engine is up (about 12 GiB): no WARNING."""
+    from lightning_sdk.engine.models.resolve import resolve_model
+    from lightning_sdk.engine.placement import plan_placement
+    from lightning_sdk.training.run import startup
+
+    monkeypatch.setattr(startup, "_memory_for_training", lambda placement: 12 * GIB)
+    caplog.set_level("INFO", logger="lightning_sdk")
+    settled = startup.say_step_memory(ls.TrainerConfig(), resolve_model(None).path, plan_placement())
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
+    [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("memory:")]
+    assert f"micro_batch_tokens={settled.micro_batch_tokens} (chosen by 'auto'" in line
+    assert settled.micro_batch_tokens in AUTO_BUDGETS

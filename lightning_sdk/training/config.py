@@ -77,12 +77,15 @@ class TrainerConfig:
     """Most sequences per forward/backward pass where samples run padded (a CPU); gradients of the
     micro-batches are accumulated. Lower it to save memory, it does not change the result. On a GPU the
     pass is packed and `micro_batch_tokens` alone bounds it."""
-    micro_batch_tokens: int | None = 16384
+    micro_batch_tokens: int | Literal["auto"] | None = "auto"
     """Most tokens per forward/backward pass: on a GPU, packed tokens (each distinct prompt once plus every
     completion); on a CPU, padded ones (rows x (longest prompt + longest completion)). A sample longer than
     this goes alone. Peak training memory follows this budget, not the longest episode:
     `lightning-sdk memory` (or `lightning_sdk.training.update.memory.estimate_step_memory`) says what a
-    budget costs for a model. `None`: only `micro_batch_size` limits a micro-batch."""
+    budget costs for a model. `"auto"` (the default): the largest of 2048, 4096, 8192 and 16384 tokens
+    whose step, by the sizing rule, fits the memory available when the run starts (CPU RAM or the GPU's)
+    with a tenth to spare; the run says which and why in one line. Past 16384 a larger pass no longer
+    speeds a step up. `None`: only `micro_batch_size` limits a micro-batch."""
     mini_batches_per_step: int = 1
     """Optimizer steps per training step: the step's samples are split into this many mini-batches.
     1 is fully on-policy; more reuses each rollout for several updates, with PPO clipping keeping
@@ -314,6 +317,10 @@ class TrainerConfig:
     """W&B project name (`None`: W&B's default) when `"wandb"` is in `report_to`."""
     progress_bar: bool = True
     """Show a live progress line with step, reward and speed."""
+    verbose: bool = False
+    """Show what the engine and the libraries under it print (vLLM's log lines, torch's C++ warnings,
+    weight-loading bars) on the console. By default it goes to `run_dir/engine.log`, and one line names that
+    file when anything in it is a warning or an error; an engine that fails to start shows it either way."""
     explorer: bool = False
     """Serve the run explorer (`lightning-sdk view`) over the run folder on 127.0.0.1 while the run trains,
     and print its address at the start: the page follows the run live (curves, each step's groups, every

@@ -279,9 +279,13 @@ def _check_memory_fields(config: Any) -> str | None:
         ("logit_chunk_tokens", "the tokens projected to the vocabulary at once"),
     ):
         value = getattr(config, name)
+        if name == "micro_batch_tokens" and value == "auto":
+            continue
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            auto = ", 'auto' (the largest that fits)" if name == "micro_batch_tokens" else ""
             return (
-                f"{name}={value!r} must be a whole number of tokens >= 1 ({meaning}), or None for no limit."
+                f"{name}={value!r} must be a whole number of tokens >= 1 ({meaning}){auto}, or None for no "
+                "limit."
             )
     return None
 

@@ -20,6 +20,7 @@ from lightning_sdk.tracing.decorators import trace_agent
 from lightning_sdk.tracing.routing import Roles, Router, compile_routes
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
+from lightning_sdk.training.records.engine_log import EngineOutput
 from lightning_sdk.training.records.run_dir import write_rank_info
 from lightning_sdk.training.records.run_episodes import RunEpisodes
 from lightning_sdk.training.run.checkpoints import load_run_checkpoint, save_run_checkpoint
@@ -129,8 +130,10 @@ class TrainingSession:
         with ExitStack() as opened:
             distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
             opened.callback(distributed.close)
+            output = EngineOutput(run_dir, config.verbose)  # the engine's own lines: run_dir/engine.log
+            opened.callback(output.close)
             engine, owns_engine = start_engine(
-                model, config, engine_kind, engine_options, distributed.rank, placement
+                model, config, engine_kind, engine_options, distributed.rank, placement, output
             )
             if owns_engine:
                 opened.callback(engine.shutdown)
@@ -148,8 +151,11 @@ class TrainingSession:
                 opened.callback(engine.wake)
             loop = RunLoop()
             opened.callback(loop.close)
-            say_step_memory(config, engine.model.path, placement)
-            policy, policy_device = build_policy(engine.model.path, config, adapters, placement, distributed)
+            config = say_step_memory(config, engine.model.path, placement)  # settles micro_batch_tokens
+            policy, policy_device = build_policy(
+                engine.model.path, config, adapters, placement, distributed, output
+            )
+            output.say_where()
             engine_device = str(getattr(engine, "device", "cpu"))
             write_rank_info(
                 run_dir, placement.describe(), policy_device=policy_device, engine_device=engine_device

@@ -6,6 +6,7 @@ fail minutes in), the endpoint agents call, the runner protocol, and the memory 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.training.config import TrainerConfig
+from lightning_sdk.training.records.engine_log import EngineOutput
 from lightning_sdk.training.run.upstream import TRAINER_UPSTREAM_SETTING, trainer_upstream
 from lightning_sdk.training.update.distributed import Distributed
 
@@ -66,17 +68,19 @@ def say_learning_rate(config: TrainerConfig) -> float:
     return rate
 
 
-def say_step_memory(config: TrainerConfig, model_path: Path, placement: Placement) -> None:
-    """Log the sizing rule's bound on a training step (at the largest micro-batch the settings allow) beside
-    the memory this machine has for it; warn, with what to change, when the bound is over it (before
-    minutes of training end in an out-of-memory error). On a CPU as on a GPU."""
+def say_step_memory(config: TrainerConfig, model_path: Path, placement: Placement) -> TrainerConfig:
+    """Settle `micro_batch_tokens="auto"` (`choose_micro_batch_tokens`) and log the sizing rule's bound on a
+    training step (at the largest micro-batch the settings allow) beside the memory this machine has for it,
+    in one line; warn, with what to change, when the bound is over it (before minutes of training end in an
+    out-of-memory error). On a CPU as on a GPU. Returns `config` with the budget settled."""
     from lightning_sdk.training.update.memory import GIB, advice, bound_reason, run_tokens
 
+    available = _memory_for_training(placement)
+    config, chosen = _settled(config, model_path, placement.on_gpu, available)
     memory = _estimate(config, model_path, placement.on_gpu)
     if memory is None:
-        return
-    reason = bound_reason(config, run_tokens(config, placement.on_gpu))
-    available = _memory_for_training(placement)
+        return config
+    reason = bound_reason(config, run_tokens(config, placement.on_gpu)) + (f" ({chosen})" if chosen else "")
     problem = advice(memory, available, config) if available is not None else None
     if problem is not None:
         log.warning(
@@ -85,27 +89,45 @@ def say_step_memory(config: TrainerConfig, model_path: Path, placement: Placemen
             reason,
             problem,
         )
-        return
-    room = f"; {available / GIB:.1f} GiB available" if available is not None else ""
-    log.info(
-        "memory bound: a training step needs at most about %s, reached when a micro-batch holds %s%s",
-        memory.describe(),
-        reason,
-        room,
-    )
+        return config
+    room = f" of the {available / GIB:.1f} GiB available" if available is not None else ""
+    log.info("memory: a training step needs at most %.1f GiB%s, at %s", memory.total / GIB, room, reason)
+    return config
+
+
+def _settled(
+    config: TrainerConfig, model_path: Path, on_gpu: bool, available: int | None
+) -> tuple[TrainerConfig, str | None]:
+    """`config` with `micro_batch_tokens="auto"` replaced by the budget chosen, and why, in a few words (None
+    when the budget was given)."""
+    import dataclasses
+    import json
+
+    from lightning_sdk.training.update.memory import AUTO_BUDGETS, choose_micro_batch_tokens
+
+    if config.micro_batch_tokens != "auto":
+        return config, None
+    try:
+        model_config = json.loads((Path(model_path) / "config.json").read_text())
+        budget, why = choose_micro_batch_tokens(config, model_config, on_gpu, available)
+    except (OSError, ValueError):  # a model family the rule does not know (`_estimate` says so): the largest
+        budget, why = AUTO_BUDGETS[-1], "no estimate for this model"
+    return dataclasses.replace(config, micro_batch_tokens=budget), f"chosen by 'auto': {why}"
 
 
 def say_step_memory_used(config: TrainerConfig, model_path: Path, placement: Placement, tokens: int) -> None:
     """After the first trained step: the tokens of its largest micro-batch, the rule's figure for them
     and the peak this process measured, so the start-up bound is not read as what the run needs."""
+    from lightning_sdk.training.update.memory import GIB
+
     memory = _estimate(config, model_path, placement.on_gpu, tokens)
     if memory is None:
         return
     log.info(
-        "memory used: the first trained step's largest micro-batch held %d tokens: about %s by the sizing "
+        "memory used: the first step's largest micro-batch held %d tokens, about %.1f GiB by the sizing "
         "rule; %s",
         tokens,
-        memory.describe(),
+        memory.total / GIB,
         _measured_peak(placement),
     )
 
@@ -166,11 +188,13 @@ def start_engine(
     engine_options: dict[str, Any],
     rank: int,
     placement: Placement,
+    output: EngineOutput | None = None,
 ) -> tuple[Engine, bool]:
     """The run's engine, and whether the run owns it (started it here, so shuts it down at the end).
 
     The engine serves in the policy's dtype (`Placement.engine_dtype_while_training`) unless
-    `engine_options` name another; a caller's engine in another dtype is used as it is, with a warning."""
+    `engine_options` name another; a caller's engine in another dtype is used as it is, with a warning.
+    What the engine prints while it starts goes to `output` (`run_dir/engine.log`), when given."""
     policy_dtype = placement.engine_dtype_while_training(config.dtype)
     if not isinstance(engine_kind, str):  # an Engine the caller built and keeps (tests, notebooks)
         warn_if_dtypes_differ(getattr(engine_kind, "dtype", None), policy_dtype, "the engine passed to fit")
@@ -197,7 +221,10 @@ def start_engine(
     resolved = resolve_model(model)
     log.info("starting the %s engine on %s", engine_kind, resolved.name)
     # create_engine refuses a name that is not an EngineKind, with the names it takes.
-    engine = create_engine(resolved, engine=cast("EngineKind", engine_kind), **options)
+    with output.quiet("starting the engine") if output is not None else contextlib.nullcontext():
+        engine = create_engine(resolved, engine=cast("EngineKind", engine_kind), **options)
+    if output is not None:
+        output.keep_engine_logs()
     # Compared once started: the engine resolves "auto" and aliases ("half") to the dtype it computes in.
     warn_if_dtypes_differ(
         getattr(engine, "dtype", None), policy_dtype, "the engine (engine_options['dtype'])"
@@ -366,13 +393,16 @@ def build_policy(
     adapters: Sequence[str] | None,
     placement: Placement,
     distributed: Distributed,
+    output: EngineOutput | None = None,
 ) -> tuple[PolicyModel, str]:
     """The LoRA policy on this rank (one adapter per role in `adapters`), started from
-    `config.init_adapter` when set, wrapped for the process group; and the device it is on."""
+    `config.init_adapter` when set, wrapped for the process group; and the device it is on. What loading
+    the weights prints (transformers' progress bar) goes to `output`, when given."""
     from lightning_sdk.training.update.lora import build_lora_model, load_base_model
 
     dtype = placement.training_dtype(config.dtype)
-    base = load_base_model(model_path, dtype, device=placement.device, attention=config.attention)
+    with output.quiet("loading the policy") if output is not None else contextlib.nullcontext():
+        base = load_base_model(model_path, dtype, device=placement.device, attention=config.attention)
     lora_model = build_lora_model(base, config, adapters)
     if config.init_adapter is not None:
         from lightning_sdk.training.update.lora import add_reference_adapters, load_adapter_weights

@@ -17,6 +17,7 @@ from lightning_sdk.training.algorithm.samples import Sample
 from lightning_sdk.training.update.forward.batching import collate
 from lightning_sdk.training.update.forward.logprobs import plan_micro_batches, token_logprobs
 from lightning_sdk.training.update.loss_scale import loss_scale
+from lightning_sdk.training.update.memory import token_budget
 from lightning_sdk.training.update.step import advance, optimizer_step
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def sft_update(
     model.train()
     total = 0.0
     scale = loss_scale(model, optimizer)  # a float16 policy's gradients need it; None otherwise
-    for chunk in plan_micro_batches(model, samples, config.micro_batch_size, config.micro_batch_tokens):
+    for chunk in plan_micro_batches(model, samples, config.micro_batch_size, token_budget(config)):
         batch = collate(chunk, pad_token_id, device)
         logprobs, _ = token_logprobs(model, batch, with_entropy=False, chunk_tokens=config.logit_chunk_tokens)
         loss = -(logprobs * batch.loss_mask).sum() / tokens

@@ -17,6 +17,7 @@ from lightning_sdk.training.update.forward.logprobs import default_layout, plan_
 from lightning_sdk.training.update.lora import reference_adapter
 from lightning_sdk.training.update.loss import LossOptions, LossStats, policy_loss, token_weights
 from lightning_sdk.training.update.loss_scale import loss_scale, unscale_gradients, update_loss_scale
+from lightning_sdk.training.update.memory import token_budget
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -115,7 +116,7 @@ def train_on_samples(
         }
     options = LossOptions.from_config(config)
     chunks = [
-        plan_micro_batches(model, mini, config.micro_batch_size, config.micro_batch_tokens)
+        plan_micro_batches(model, mini, config.micro_batch_size, token_budget(config))
         for mini in split_mini_batches(samples, config.mini_batches_per_step)
     ]
     packed = default_layout(model) == "packed"  # as `plan_micro_batches` counted them
