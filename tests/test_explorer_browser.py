@@ -176,7 +176,7 @@ def test_a_logged_step_appears_on_the_open_page_without_a_reload(tmp_path: Path,
             metrics.write(json.dumps({"step": 3, "time": time.time(), "reward_mean": 0.25}) + "\n")
         page.wait_for_selector("figure[data-chart='reward'] circle[data-step='3']", timeout=30_000)
         assert page.locator("#last-step").inner_text() == "3"
-        page.wait_for_selector("table.steps a.step-link[href='/step/3']")  # the steps table follows too
+        page.wait_for_selector("table.steps a.step-link[href='step/3']")  # the steps table follows too
         assert page.evaluate("window.__same_page") is True  # the same document: no reload
     assert errors == []
 

@@ -10,6 +10,7 @@ import re
 import socket
 import sqlite3
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 from fastapi.testclient import TestClient
@@ -20,6 +21,7 @@ from lightning_sdk.explorer.access import is_loopback
 from lightning_sdk.explorer.app import build_app
 from lightning_sdk.explorer.episode_views import NOT_RECORDED, call_view, episode_view, group_view
 from lightning_sdk.explorer.run_folder import GROUPS_PER_PAGE, MetricsTail, RunSource
+from lightning_sdk.explorer.serve import explorer_url
 from lightning_sdk.explorer.store_reader import EpisodeFilter, StoreReader
 from lightning_sdk.tracing.episode import Episode, LLMCall
 from lightning_sdk.tracing.rewards.feedback import Feedback
@@ -44,7 +46,8 @@ def test_every_page_reads_and_leaves_the_run_folder_as_it_was(run_dir: Path) -> 
     files = {path: _fingerprint(path) for path in run_dir.iterdir() if path.is_file()}
     client = TestClient(build_app(run_dir), base_url="http://127.0.0.1")
     step_page = client.get("/step/2").text
-    episode_links = re.findall(r'href="(/episode/training/[0-9a-f]+)"', step_page)
+    relative = re.findall(r'href="(\.\./episode/training/[0-9a-f]+)"', step_page)
+    episode_links = [urljoin("/step/2", link) for link in relative]
     assert len(episode_links) == 12  # 3 groups of 4 samples
     for url in (*PAGES, episode_links[0]):
         assert client.get(url).status_code == 200, url
@@ -232,7 +235,7 @@ def test_recorded_text_is_escaped_on_every_page(tmp_path: Path) -> None:
     client = TestClient(build_app(run), base_url="http://127.0.0.1")
     pages = [client.get(url).text for url in PAGES if url != "/step/2"]
     step_page = pages[1]
-    episode_url = re.findall(r'href="(/episode/training/[0-9a-f]+)"', step_page)[0]
+    episode_url = urljoin("/step/1", re.findall(r'href="(\.\./episode/training/[0-9a-f]+)"', step_page)[0])
     pages.append(client.get(episode_url).text)
     pages.append(write_snapshot(run).read_text())
     for page in pages:
@@ -257,6 +260,53 @@ def test_beyond_this_machine_every_request_needs_the_key(run_dir: Path) -> None:
     assert client.get("/api/metrics", headers={"x-api-key": "secret-key"}).status_code == 200
     assert client.get("/?key=secret-key").status_code == 200  # the printed address; the cookie keeps it
     assert client.get("/step/1").status_code == 200
+
+
+def test_the_printed_address_works_for_any_key_and_leaves_no_key_behind(run_dir: Path) -> None:
+    key = "a+b&c#d e/f"  # a chosen key with characters that mean something in a URL
+    url = explorer_url("0.0.0.0", 8765, key)
+    assert url == "http://127.0.0.1:8765/?key=a%2Bb%26c%23d%20e%2Ff"
+    client = TestClient(build_app(run_dir, key=key, port=8765), base_url="http://127.0.0.1:8765")
+    first = client.get("/step/1?sort=reward&key=" + url.split("key=")[1], follow_redirects=False)
+    # The key is kept in a cookie named after the port, and the browser is sent to the same address
+    # without it: the key stays out of the address bar and the history.
+    assert (
+        first.status_code == 303 and first.headers["location"] == "http://127.0.0.1:8765/step/1?sort=reward"
+    )
+    assert "lightning_sdk_view_key_8765=" in first.headers["set-cookie"]
+    assert "HttpOnly" in first.headers["set-cookie"]
+    assert client.get(first.headers["location"]).status_code == 200  # the cookie carries the key now
+    # Another explorer on this host (another port) neither reads nor overwrites this one's cookie.
+    other = TestClient(build_app(run_dir, key="other", port=8766), base_url="http://127.0.0.1:8766")
+    other.cookies.set("lightning_sdk_view_key_8765", key)
+    assert other.get("/").status_code == 401
+
+
+def test_behind_a_path_prefix_every_link_stays_under_it(run_dir: Path) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    proxy = Starlette(routes=[Mount("/explorer", app=build_app(run_dir))])
+    client = TestClient(proxy, base_url="http://127.0.0.1")
+    for page in ("/explorer/", "/explorer/step/2", "/explorer/held-out"):
+        html = client.get(page).text
+        targets = re.findall(r'(?:href|src|data-poll)="([^"#]+)"', html)
+        assert targets and not [t for t in targets if t.startswith("/")], (page, targets)  # none absolute
+        for target in targets:
+            address = urljoin("http://127.0.0.1" + page, target.replace("&amp;", "&"))
+            assert address.startswith("http://127.0.0.1/explorer/"), (page, target)
+            assert client.get(address).status_code == 200, (page, target)
+
+
+def test_error_pages_are_titled_by_what_went_wrong(tmp_path: Path) -> None:
+    run_dir = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=2, group_size=2)  # broken below
+    client = TestClient(build_app(run_dir), base_url="http://127.0.0.1")
+    missing = client.get("/episode/training/nope")
+    assert missing.status_code == 404 and "<title>not found" in missing.text
+    assert 'href="../../static/explorer.css"' in missing.text  # its links are relative to it, too
+    (run_dir / "evaluations.sqlite").write_bytes(b"\0" * 4096)  # the file is no SQLite database any more
+    broken = client.get("/held-out")
+    assert broken.status_code == 500 and "<title>internal server error" in broken.text
 
 
 def test_a_production_store_lists_filters_and_shows_feedback(tmp_path: Path) -> None:

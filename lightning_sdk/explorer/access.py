@@ -2,8 +2,10 @@
 
 The key is checked with the serving endpoint's own helpers (`serving/keys.py`): `Authorization: Bearer <key>`
 or `x-api-key: <key>`, compared in constant time as bytes. A browser cannot set
-headers on a link, so the address the command prints carries the key once (`?key=...`); the page then keeps
-it in an HttpOnly cookie, and every later request is checked the same way.
+headers on a link, so the address the command prints carries the key once (`?key=...`); the explorer keeps
+it in an HttpOnly cookie and sends the browser to the same address without it, so the key does not stay in
+the address bar or the history. Browsers keep one set of cookies for every port of a host, so the cookie is
+named after the port: two explorers on one host do not overwrite each other's key.
 """
 
 from __future__ import annotations
@@ -11,15 +13,21 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 from lightning_sdk.serving.keys import offered_keys, offers
 
 if TYPE_CHECKING:  # FastAPI loads with the server only: `lightning-sdk view --help` stays light
     from fastapi import Request, Response
 
-__all__ = ["COOKIE", "KeyCheck", "is_loopback"]
+__all__ = ["COOKIE", "KeyCheck", "cookie_name", "is_loopback"]
 
 COOKIE = "lightning_sdk_view_key"
+
+
+def cookie_name(port: int | None) -> str:
+    """The key's cookie for an explorer on `port` (None: an app not served on a known port, as in tests)."""
+    return COOKIE if port is None else f"{COOKIE}_{int(port)}"
 
 
 def is_loopback(host: str) -> bool:
@@ -35,13 +43,14 @@ def is_loopback(host: str) -> bool:
 class KeyCheck:
     """The middleware that refuses a request without the key (`key=None`: every request passes)."""
 
-    def __init__(self, key: str | None) -> None:
+    def __init__(self, key: str | None, cookie: str = COOKIE) -> None:
         self.key = key
+        self.cookie = cookie
 
     def given(self, request: Request) -> list[str]:
         keys = offered_keys(request.headers.get("authorization", ""), request.headers.getlist("x-api-key"))
-        keys += [value for value in (request.cookies.get(COOKIE), request.query_params.get("key")) if value]
-        return keys
+        carried = (request.cookies.get(self.cookie), request.query_params.get("key"))
+        return keys + [value for value in carried if value]
 
     async def __call__(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
@@ -63,10 +72,15 @@ class KeyCheck:
                 "printed (it ends in ?key=...), or send 'Authorization: Bearer <key>'.",
                 status_code=401,
             )
-        response = await call_next(request)
-        if request.query_params.get("key"):
-            response.set_cookie(COOKIE, self.key, httponly=True, samesite="strict")
-        return response
+        if request.query_params.get("key"):  # the printed address: keep the key, then drop it from the URL
+            from fastapi.responses import RedirectResponse
+
+            rest = [(name, value) for name, value in request.query_params.multi_items() if name != "key"]
+            address = request.url.replace(query=urlencode(rest))
+            redirect = RedirectResponse(str(address), status_code=303)
+            redirect.set_cookie(self.cookie, self.key, httponly=True, samesite="strict")
+            return redirect
+        return await call_next(request)
 
 
 def _host_name(host: str) -> str:

@@ -11,13 +11,14 @@ import contextlib
 import datetime as dt
 import math
 from collections.abc import AsyncIterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
-from lightning_sdk.explorer.access import KeyCheck
+from lightning_sdk.explorer.access import KeyCheck, cookie_name
 from lightning_sdk.explorer.episode_views import episode_view, sample_view, short
 from lightning_sdk.explorer.links import Links
 from lightning_sdk.explorer.pages import asset, filter_from, page_number, render, run_context
@@ -32,18 +33,21 @@ KINDS = ("training", "evaluations", "store")
 
 
 def build_app(
-    run_dir: str | Path | None = None, store: str | Path | None = None, key: str | None = None
+    run_dir: str | Path | None = None,
+    store: str | Path | None = None,
+    key: str | None = None,
+    port: int | None = None,
 ) -> FastAPI:
     """The app over `run_dir` (a training run's folder) or `store` (an episode store file), one of them.
 
     `key`: every request must carry it (for an app reachable from other machines); None: none needed, and
-    only requests addressed to this machine (Host 127.0.0.1, localhost, ::1) are answered. Raises
-    `StoreProblem` when the folder or the file cannot be read."""
+    only requests addressed to this machine (Host 127.0.0.1, localhost, ::1) are answered. `port`: the port
+    it is served on, which names the key's cookie (browsers keep one set of cookies for every port of a
+    host). Raises `StoreProblem` when the folder or the file cannot be read."""
     if (run_dir is None) == (store is None):
         raise ValueError("build_app needs a run folder or an episode store file, one of the two.")
     source = RunSource(Path(run_dir)) if run_dir is not None else None
     production = StoreReader(store) if store is not None else None
-    links = Links()
     mode = "run" if source is not None else "store"
 
     @contextlib.asynccontextmanager
@@ -57,19 +61,20 @@ def build_app(
     app = FastAPI(
         title="lightning-sdk run explorer", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
     )
-    app.middleware("http")(KeyCheck(key))
+    app.middleware("http")(KeyCheck(key, cookie_name(port)))
 
-    def html(name: str, **context: Any) -> HTMLResponse:
-        return HTMLResponse(render(name, links, mode, **context))
+    def html(name: str, depth: int = 0, **context: Any) -> HTMLResponse:
+        """A page `depth` folders below the root (its links are relative to it: `Links`)."""
+        return HTMLResponse(render(name, Links(depth), mode, **context))
 
-    def problem(status: int, message: str) -> HTMLResponse:
-        return HTMLResponse(
-            render("problem.html", links, mode, title="not found", message=message), status_code=status
-        )
+    def problem(status: int, message: str, depth: int = 0) -> HTMLResponse:
+        title = HTTPStatus(status).phrase.lower()  # "not found", "internal server error"
+        page = render("problem.html", Links(depth), mode, title=title, message=message)
+        return HTMLResponse(page, status_code=status)
 
     @app.exception_handler(StoreProblem)
-    async def store_problem(_request: Request, error: StoreProblem) -> HTMLResponse:
-        return problem(500, str(error))
+    async def store_problem(request: Request, error: StoreProblem) -> HTMLResponse:
+        return problem(500, str(error), _depth(request))
 
     @app.get("/", response_class=HTMLResponse)
     def home(request: Request) -> HTMLResponse:
@@ -92,19 +97,21 @@ def build_app(
     @app.get("/step/{step}", response_class=HTMLResponse)
     def step_page(step: int, request: Request) -> HTMLResponse:
         if source is None:
-            return problem(404, "An episode store has no training steps: its episodes are on the first page.")
+            message = "An episode store has no training steps: its episodes are on the first page."
+            return problem(404, message, depth=1)
         query = dict(request.query_params)
         sort = query.get("sort", "task")
         view = source.step_groups(step, filter_from(query), sort, page_number(query.get("page")))
-        return html("step.html", title=f"step {step}", query=query, sorts=SORTS, sort=sort, **view)
+        return html("step.html", 1, title=f"step {step}", query=query, sorts=SORTS, sort=sort, **view)
 
     @app.get("/episode/{kind}/{episode_id}", response_class=HTMLResponse)
     def episode_page(kind: str, episode_id: str) -> HTMLResponse:
         reader = production if kind == "store" else source.store(kind) if source and kind in KINDS else None
         episode = reader.get(episode_id) if reader is not None else None
         if episode is None:
-            return problem(404, f"No episode {episode_id!r} among the {kind} episodes.")
-        return html("episode.html", title=f"episode {episode.name}", kind=kind, episode=episode_view(episode))
+            return problem(404, f"No episode {episode_id!r} among the {kind} episodes.", depth=2)
+        view = episode_view(episode)
+        return html("episode.html", 2, title=f"episode {episode.name}", kind=kind, episode=view)
 
     @app.get("/held-out", response_class=HTMLResponse)
     def held_out_page(request: Request) -> HTMLResponse:
@@ -134,6 +141,11 @@ def build_app(
         return Response(asset(name), media_type=media, headers={"cache-control": "no-cache"})
 
     return app
+
+
+def _depth(request: Request) -> int:
+    """How many folders below the explorer's root the requested page is (`/step/3`: 1)."""
+    return max(request.url.path.strip("/").count("/"), 0)
 
 
 def _store_row(episode: Episode) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import quote
 
 from lightning_sdk.explorer.access import is_loopback
 
@@ -26,7 +27,7 @@ __all__ = ["ExplorerServer", "explorer_url", "serve_explorer"]
 def explorer_url(host: str, port: int, key: str | None) -> str:
     """The address a browser opens: with the key once, when one is needed."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/" + (f"?key={key}" if key else "")
+    return f"http://{shown}:{port}/" + (f"?key={quote(key, safe='')}" if key else "")
 
 
 @dataclass
@@ -116,7 +117,7 @@ def serve_explorer(
         bound_host, bound_port = sock.getsockname()[:2]
         if key is None and not is_loopback(bound_host):
             key = secrets.token_urlsafe(24)
-        app = build_app(run_dir, store, key)
+        app = build_app(run_dir, store, key, bound_port)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
         server = uvicorn.Server(config)
         thread = threading.Thread(

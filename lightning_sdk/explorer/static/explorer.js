@@ -102,7 +102,7 @@
       const first = document.createElement("td");
       const link = document.createElement("a");
       link.className = "step-link";
-      link.href = "/step/" + String(Number(row.step));
+      link.href = "step/" + String(Number(row.step));  // relative: the Run page is the explorer's root
       link.textContent = "step " + String(Number(row.step));
       first.appendChild(link);
       line.appendChild(first);
@@ -124,6 +124,16 @@
     async function once() {
       try {
         const reply = await fetch(url + "?known=" + count, { cache: "no-store", credentials: "same-origin" });
+        if (reply.status === 401) {
+          // The key's cookie is gone (another explorer on this host, or it expired): say so and stop.
+          const notice = document.getElementById("poll-problem");
+          if (notice) {
+            notice.textContent = "Live updates stopped: this page no longer has the explorer's key. Open the " +
+              "address the command printed (it ends in ?key=...) again.";
+            notice.hidden = false;
+          }
+          return;
+        }
         if (reply.ok) {
           const body = await reply.json();
           if (body.charts) {
