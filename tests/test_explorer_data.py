@@ -351,7 +351,7 @@ def test_the_command_line_refuses_bad_input_with_a_message(
         port = taken.getsockname()[1]
         run = synthetic_run(tmp_path / "run", steps=1, tasks_per_step=1, group_size=2)
         assert main(["view", str(run), "--port", str(port)]) == 2
-    assert "pick another --port" in capsys.readouterr().err
+    assert f"Cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err  # and what to do
     # An empty key would let an empty header in beyond this machine.
     assert main(["view", str(run), "--host", "0.0.0.0", "--port", "0", "--key", ""]) == 2
     assert "key is empty" in capsys.readouterr().err

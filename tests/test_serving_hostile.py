@@ -335,7 +335,7 @@ def _assert_error_shape(body: Any, shape: str, mentions: str) -> None:
 def test_a_non_streaming_request_whose_client_goes_away_stops_generating(
     server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="lightning_sdk.serving.disconnect")
+    caplog.set_level(logging.INFO, logger="lightning_sdk.serving.http.disconnect")
     loop = server.engine._loop
     # An answer that cannot end before max_tokens (the schema asks for more digits than fit), so the
     # engine is still generating it when the client goes, however fast this machine is.

@@ -7,7 +7,7 @@ to an upstream API when it is one of the upstream's pass-through routes, or gets
 and the setting. Every error is an OpenAI error object with a 4xx/5xx status, or Anthropic's error object on
 the Messages paths; the app never leaves a connection hanging when the engine fails. Every route reads its
 body within the app's `RequestLimits` (`lightning_sdk.serving.limits`), and a request whose client goes
-away stops its generation (`lightning_sdk.serving.disconnect`).
+away stops its generation (`lightning_sdk.serving.http.disconnect`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 
 from lightning_sdk.serving.chat.api import serve_chat, serve_completions
 from lightning_sdk.serving.context import MODEL_ALIASES, ServingContext
-from lightning_sdk.serving.disconnect import until_disconnected
+from lightning_sdk.serving.http.disconnect import until_disconnected
 from lightning_sdk.serving.messages.api import count_message_tokens, serve_messages
 from lightning_sdk.serving.passthrough.forward import Forward
 from lightning_sdk.serving.responses.api import serve_responses
@@ -111,7 +111,7 @@ def install_openai_routes(app: FastAPI, api: OpenAIAPI) -> None:
     """`GET /v1/models` (and `/v1/models/<id>`) and `POST /v1/chat/completions`, `/v1/completions`,
     `/v1/responses`, `/v1/messages` and `/v1/messages/count_tokens`, behind the key; `openai_api(app)`
     returns `api` afterwards. A generating route whose client goes away stops its generation
-    (`lightning_sdk.serving.disconnect`)."""
+    (`lightning_sdk.serving.http.disconnect`)."""
     app.state.openai_api = api
 
     @app.get("/v1/models")

@@ -1,4 +1,5 @@
-"""Run the OpenAI-compatible app on 127.0.0.1 in a background thread: `serve()` and `start_server()`."""
+"""Run the OpenAI-compatible app in a background thread (`serving.http.background`): `serve()` and
+`start_server()`."""
 
 from __future__ import annotations
 
@@ -6,10 +7,8 @@ import dataclasses
 import logging
 import os
 import secrets
-import socket
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from lightning_sdk.engine.lora.folders import role_adapter_names
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.endpoint import LLMEndpoint
+from lightning_sdk.serving.http.background import BackgroundServer, listening_socket
 from lightning_sdk.serving.policy import SamplingPolicy
 from lightning_sdk.tracing.store import EpisodeStore
 
@@ -40,29 +40,25 @@ class ServerHandle:
     """The engine behind the server (push new weights into it with `load_adapter` / `update_weights`)."""
     owns_engine: bool = False
     """Whether `stop()` also shuts the engine down (true for `serve()`)."""
-    _server: Any = field(default=None, repr=False)
-    _thread: threading.Thread | None = field(default=None, repr=False)
-    _closers: list[Callable[[], None]] = field(default_factory=list, repr=False)
-    """What `stop()` closes after the server: resources `serve()` opened for it (an episode store)."""
+    _background: BackgroundServer | None = field(default=None, repr=False)
+    _opened: ExitStack = field(default_factory=ExitStack, repr=False)
+    """What `stop()` closes after the server: what `serve()` opened for it (an episode store)."""
 
     def stop(self) -> None:
         """Stop accepting requests, end the server thread, shut the engine down (if owned) and close
         what `serve()` opened for the server. Calling it again does nothing."""
-        if self._thread is not None and self._thread.is_alive():
-            self._server.should_exit = True
-            self._thread.join(timeout=30)
+        if self._background is not None:
+            self._background.stop()
         if self.owns_engine:
             self.engine.shutdown()
             self.owns_engine = False
-        _close_all(self._closers)
+        self._opened.close()
 
     def wait(self) -> None:
         """Block until the server stops; Ctrl+C stops it."""
         try:
-            while self._thread is not None and self._thread.is_alive():
-                self._thread.join(timeout=0.5)
-        except KeyboardInterrupt:
-            pass
+            if self._background is not None:
+                self._background.wait()
         finally:
             self.stop()
 
@@ -116,7 +112,6 @@ def start_server(
         limits: What one request may ask on every route: body size, JSON depth, sequences started
             (`lightning_sdk.serving.limits.RequestLimits`; default `RequestLimits()`).
     """
-    import uvicorn
 
     from lightning_sdk.serving.app import create_app
     from lightning_sdk.serving.passthrough.forward import SERVE_UPSTREAM_SETTING
@@ -135,38 +130,19 @@ def start_server(
         roles=roles,
         limits=limits,
     )
-    sock = _listening_socket(host, port)
-    bound_port = sock.getsockname()[1]
-    config = uvicorn.Config(
+    background = BackgroundServer.start(
         app,
-        log_level="warning",
-        access_log=False,
+        host=host,
+        port=port,
+        name="lightning-sdk-server",
+        startup_timeout=startup_timeout,
         lifespan="off",
         timeout_graceful_shutdown=5,
         timeout_keep_alive=30,
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="lightning-sdk-server", daemon=True
-    )
-    try:
-        thread.start()
-        deadline = time.monotonic() + startup_timeout
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"The server did not start on {host}:{bound_port}; see the log above.")
-            time.sleep(0.02)
-    except BaseException:
-        # Whoever opens, closes: a server that did not come up (or a Ctrl+C while waiting) leaves neither
-        # its thread nor its port behind.
-        server.should_exit = True
-        if thread.is_alive():
-            thread.join(timeout=30)
-        sock.close()
-        raise
-    endpoint = LLMEndpoint(f"http://{host}:{bound_port}/v1", key, model_name or engine.model.name)
+    endpoint = LLMEndpoint(f"{background.url}/v1", key, model_name or engine.model.name)
     log.info("serving %s at %s", endpoint.model, endpoint.base_url)
-    return ServerHandle(endpoint, engine, owns_engine, server, thread)
+    return ServerHandle(endpoint, engine, owns_engine, background)
 
 
 def serve(
@@ -240,7 +216,7 @@ def serve(
             )
         upstream = dataclasses.replace(upstream, routes=tuple(passthrough_routes))
     if port:  # a taken port should fail now, not after the model has loaded
-        _listening_socket(host, port).close()
+        listening_socket(host, port).close()
     roles = role_adapter_names(adapter) if adapter is not None else []
     if roles:  # a folder of role adapters (a run with TrainerConfig(roles=...)): each served at once
         if engine == "transformers":
@@ -250,14 +226,12 @@ def serve(
             )
         engine_options.setdefault("weight_sync", "lora")
         engine_options.setdefault("max_adapters", len(roles))
-    closers: list[Callable[[], None]] = []
-    routes = _feedback_routes(store, reward_range, closers)
-    try:
+    # Whoever opens, closes: what is opened goes on the stack as it comes up, so a failure part-way closes
+    # it again, newest first; on success the handle owns it all.
+    with ExitStack() as opened:
+        routes = _feedback_routes(store, reward_range, opened)
         built = create_engine(model, engine=engine, **engine_options)
-    except BaseException:
-        _close_all(closers)
-        raise
-    try:
+        opened.callback(built.shutdown)
         if adapter is not None and roles:
             for role in roles:
                 built.load_adapter(Path(adapter) / role, version=Path(adapter).name, role=role)
@@ -268,7 +242,6 @@ def serve(
             host=host,
             port=port,
             api_key=api_key,
-            owns_engine=True,
             default_max_tokens=default_max_tokens,
             upstream=upstream,
             tool_parser=tool_parser,
@@ -276,11 +249,7 @@ def serve(
             routes=routes,
             limits=limits,
         )
-    except BaseException:
-        built.shutdown()
-        _close_all(closers)
-        raise
-    handle._closers.extend(closers)
+        handle._opened = opened.pop_all()  # the engine's shutdown among them: the handle owns it
     if block:
         handle.wait()
     return handle
@@ -289,9 +258,9 @@ def serve(
 def _feedback_routes(
     store: EpisodeStore | str | os.PathLike[str] | None,
     reward_range: tuple[float, float] | None,
-    closers: list[Callable[[], None]],
+    opened: ExitStack,
 ) -> list[RouteInstaller]:
-    """The feedback routes on `store`; a store opened here from a path is added to `closers` (a store
+    """The feedback routes on `store`; a store opened here from a path is closed with `opened` (a store
     the caller passed stays the caller's to close)."""
     if store is None:
         if reward_range is not None:
@@ -301,27 +270,6 @@ def _feedback_routes(
 
     if isinstance(store, EpisodeStore):
         return [feedback_routes(store, reward_range)]
-    opened = EpisodeStore(store)
-    closers.append(opened.close)
-    return [feedback_routes(opened, reward_range)]
-
-
-def _close_all(closers: list[Callable[[], None]]) -> None:
-    while closers:
-        closers.pop()()
-
-
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to (host, port); an `OSError` that says what to do when the port is taken."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as error:
-        sock.close()
-        raise OSError(
-            error.errno,
-            f"Cannot listen on {host}:{port} ({error.strerror}); "
-            "choose another port, or port 0 for a free one",
-        ) from error
-    return sock
+    episodes = EpisodeStore(store)
+    opened.callback(episodes.close)
+    return [feedback_routes(episodes, reward_range)]
