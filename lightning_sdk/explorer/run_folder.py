@@ -96,11 +96,29 @@ def staleness_ages(records: list[dict[str, Any]]) -> list[int]:
     return sorted(int(age) for age in found if age.isdigit())
 
 
+Spec = tuple[str, str, dict[str, list[tuple[int, float]]]]
+"""A chart: its id, its title, and its named series of [step, value] points."""
+
+
 def charts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The Run page's curves, as JSON for the page's script: each chart a title and named series of
-    [step, value] points."""
+    [step, value] points (charts without a point are left out)."""
+    specs = _learning_charts(records) + _engine_charts(records)
+    return [
+        {
+            "id": name,
+            "title": title,
+            "series": [{"name": key, "points": points} for key, points in series.items()],
+        }
+        for name, title, series in specs
+        if any(series.values())
+    ]
+
+
+def _learning_charts(records: list[dict[str, Any]]) -> list[Spec]:
+    """Reward, held-out, signal, roles and step-level credit."""
     reward = _points(records, "reward_mean")
-    specs: list[tuple[str, str, dict[str, list[tuple[int, float]]]]] = [
+    return [
         (
             "reward",
             "Training reward (mean over the step's episodes)",
@@ -135,6 +153,12 @@ def charts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "mean |step advantage|": _points(records, "advantage_step_abs_mean"),
             },
         ),
+    ]
+
+
+def _engine_charts(records: list[dict[str, Any]]) -> list[Spec]:
+    """The two policies' gap, rollouts through the update, the engine's busy share, and time."""
+    return [
         (
             "policy_gap",
             "Engine against trainer: mean |log p_trainer - log p_engine| per trained token, in nats "
@@ -179,15 +203,6 @@ def charts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "weight sync": _points(records, "time_weight_sync_s"),
             },
         ),
-    ]
-    return [
-        {
-            "id": name,
-            "title": title,
-            "series": [{"name": key, "points": points} for key, points in series.items()],
-        }
-        for name, title, series in specs
-        if any(series.values())
     ]
 
 

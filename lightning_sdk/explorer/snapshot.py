@@ -8,6 +8,7 @@ says so on its sample's card (`lightning-sdk view RUN_DIR` shows everything).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -52,52 +53,15 @@ def write_snapshot(
     if not source.metrics.read():
         raise StoreProblem(f"{run_dir} has no metrics.jsonl records yet; train for at least one step.")
     links = SnapshotLinks()
-    budget = int(max_mb * 1024 * 1024)
     try:
         context = run_context(source)
         steps = _steps_to_show([row["step"] for row in context["steps"]], newest_steps, sampled_steps)
         links.steps = set(steps)
         step_views = [_all_groups(source, step) for step in steps]
         held_out = source.held_out()
-        sections: list[str] = []
-        used = 0
-        for kind, episode_id in _episodes_in(step_views, held_out):
-            reader = source.store(kind)
-            episode = reader.get(episode_id) if reader is not None else None
-            if episode is None:
-                continue
-            anchor = f"episode-{len(links.episodes)}"
-            page = render(
-                "episode.html",
-                links,
-                "run",
-                "fragment.html",
-                title="",
-                kind=kind,
-                episode=episode_view(episode),
-            )
-            if used + len(page) > budget:
-                break
-            links.include(kind, episode_id)
-            sections.append(_section(anchor, page))
-            used += len(page)
-        front = [_section("run", render("run.html", links, "run", "fragment.html", **context))]
-        for view in step_views:
-            page = render(
-                "step.html", links, "run", "fragment.html", title="", query={}, sorts=(), sort="task", **view
-            )
-            front.append(_section(f"step-{view['step']}", page))
-        if held_out["rows"]:
-            page = render(
-                "held_out.html",
-                links,
-                "run",
-                "fragment.html",
-                title="",
-                threshold=source.success_threshold(),
-                **held_out,
-            )
-            front.append(_section("held-out", page))
+        # The episodes first: the views link only to those that fit, so they are chosen before the views.
+        episodes = _episode_sections(source, links, _episodes_in(step_views, held_out), int(max_mb * 2**20))
+        front = _view_sections(source, links, context, step_views, held_out)
     finally:
         source.close()
     script = asset("explorer.js")
@@ -110,11 +74,56 @@ def write_snapshot(
         title=Path(run_dir).name,
         css=asset("explorer.css"),
         script=script,
-        sections=front + sections,
+        sections=front + episodes,
     )
     target = Path(path) if path is not None else Path(run_dir) / SNAPSHOT_FILE
     target.write_text(page, encoding="utf-8")
     return target
+
+
+def _episode_sections(
+    source: RunSource, links: SnapshotLinks, wanted: Iterable[tuple[str, str]], budget: int
+) -> list[str]:
+    """A section per episode, in the order wanted, while they fit in `budget` characters; each one kept
+    gets its anchor in `links`."""
+    sections: list[str] = []
+    used = 0
+    for kind, episode_id in wanted:
+        reader = source.store(kind)
+        episode = reader.get(episode_id) if reader is not None else None
+        if episode is None:
+            continue
+        anchor = f"episode-{len(links.episodes)}"
+        view = episode_view(episode)
+        page = render("episode.html", links, "run", "fragment.html", title="", kind=kind, episode=view)
+        if used + len(page) > budget:
+            break
+        links.include(kind, episode_id)
+        sections.append(_section(anchor, page))
+        used += len(page)
+    return sections
+
+
+def _view_sections(
+    source: RunSource,
+    links: SnapshotLinks,
+    context: dict[str, Any],
+    step_views: list[dict[str, Any]],
+    held_out: dict[str, Any],
+) -> list[str]:
+    """The Run page, each shown step's groups, and the held-out tasks, as sections."""
+
+    def fragment(name: str, **view: Any) -> str:
+        return render(name, links, "run", "fragment.html", **view)
+
+    front = [_section("run", fragment("run.html", **context))]
+    for view in step_views:
+        page = fragment("step.html", title="", query={}, sorts=(), sort="task", **view)
+        front.append(_section(f"step-{view['step']}", page))
+    if held_out["rows"]:
+        page = fragment("held_out.html", title="", threshold=source.success_threshold(), **held_out)
+        front.append(_section("held-out", page))
+    return front
 
 
 def _all_groups(source: RunSource, step: int) -> dict[str, Any]:

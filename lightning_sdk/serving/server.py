@@ -204,39 +204,19 @@ def serve(
         A `ServerHandle`; `stop()` shuts down the server and its engine.
     """
     from lightning_sdk.engine.factory import create_engine
-    from lightning_sdk.serving.passthrough.upstream import Upstream
 
-    if isinstance(upstream, str):
-        upstream = Upstream(upstream.rstrip("/"), os.environ.get("OPENAI_API_KEY"))
-    if passthrough_routes is not None:
-        if upstream is None:
-            raise ValueError(
-                "passthrough_routes names routes passed through to an upstream API: name one with "
-                "upstream=... (`--upstream URL`), or drop passthrough_routes."
-            )
-        upstream = dataclasses.replace(upstream, routes=tuple(passthrough_routes))
+    upstream = _upstream(upstream, passthrough_routes)
     if port:  # a taken port should fail now, not after the model has loaded
         listening_socket(host, port).close()
-    roles = role_adapter_names(adapter) if adapter is not None else []
-    if roles:  # a folder of role adapters (a run with TrainerConfig(roles=...)): each served at once
-        if engine == "transformers":
-            raise ValueError(
-                f"{adapter} holds one adapter per role ({', '.join(roles)}); serving them needs the vLLM "
-                "engine (engine='vllm' or 'auto' with vLLM installed)."
-            )
-        engine_options.setdefault("weight_sync", "lora")
-        engine_options.setdefault("max_adapters", len(roles))
+    roles = _roles_served(adapter, engine, engine_options)
     # Whoever opens, closes: what is opened goes on the stack as it comes up, so a failure part-way closes
     # it again, newest first; on success the handle owns it all.
     with ExitStack() as opened:
         routes = _feedback_routes(store, reward_range, opened)
         built = create_engine(model, engine=engine, **engine_options)
         opened.callback(built.shutdown)
-        if adapter is not None and roles:
-            for role in roles:
-                built.load_adapter(Path(adapter) / role, version=Path(adapter).name, role=role)
-        elif adapter is not None:
-            built.load_adapter(adapter, version=Path(adapter).name)
+        if adapter is not None:
+            _load_adapters(built, Path(adapter), roles)
         handle = start_server(
             built,
             host=host,
@@ -253,6 +233,47 @@ def serve(
     if block:
         handle.wait()
     return handle
+
+
+def _upstream(upstream: Upstream | str | None, passthrough_routes: Sequence[str] | None) -> Upstream | None:
+    """`serve(upstream=...)` as an `Upstream` (a base URL's key read from `OPENAI_API_KEY`), with the
+    routes passed through to it."""
+    from lightning_sdk.serving.passthrough.upstream import Upstream
+
+    if isinstance(upstream, str):
+        upstream = Upstream(upstream.rstrip("/"), os.environ.get("OPENAI_API_KEY"))
+    if passthrough_routes is None:
+        return upstream
+    if upstream is None:
+        raise ValueError(
+            "passthrough_routes names routes passed through to an upstream API: name one with "
+            "upstream=... (`--upstream URL`), or drop passthrough_routes."
+        )
+    return dataclasses.replace(upstream, routes=tuple(passthrough_routes))
+
+
+def _roles_served(adapter: str | Path | None, engine: str, engine_options: dict[str, Any]) -> list[str]:
+    """The roles of a folder of role adapters (a run with `TrainerConfig(roles=...)`), each served at once,
+    which needs vLLM's LoRA hot-load (set in `engine_options`); `[]` for one adapter or none."""
+    roles = role_adapter_names(adapter) if adapter is not None else []
+    if roles:
+        if engine == "transformers":
+            raise ValueError(
+                f"{adapter} holds one adapter per role ({', '.join(roles)}); serving them needs the vLLM "
+                "engine (engine='vllm' or 'auto' with vLLM installed)."
+            )
+        engine_options.setdefault("weight_sync", "lora")
+        engine_options.setdefault("max_adapters", len(roles))
+    return roles
+
+
+def _load_adapters(engine: Engine, adapter: Path, roles: list[str]) -> None:
+    """The adapter (or each role's, from its subfolder) into the engine, versioned by the folder's name."""
+    if roles:
+        for role in roles:
+            engine.load_adapter(adapter / role, version=adapter.name, role=role)
+    else:
+        engine.load_adapter(adapter, version=adapter.name)
 
 
 def _feedback_routes(

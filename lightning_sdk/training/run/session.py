@@ -30,6 +30,7 @@ from lightning_sdk.training.run.run_warnings import RunWarnings
 from lightning_sdk.training.run.startup import (
     build_policy,
     check_engine_serves_roles,
+    check_init_adapter,
     check_roles_fit_the_job,
     open_metrics,
     runner_protocol_for,
@@ -116,12 +117,7 @@ class TrainingSession:
         from lightning_sdk.engine.placement import plan_placement
         from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
-        if config.init_adapter is not None:  # before anything starts: a cut file fails here, not minutes in
-            from lightning_sdk.training.update.folders.whole_folders import adapter_problem
-
-            problem = adapter_problem(config.init_adapter)
-            if problem is not None:
-                raise ValueError(f"init_adapter={config.init_adapter!r} is not a whole adapter: {problem}.")
+        check_init_adapter(config)  # before anything starts: a cut file fails here, not minutes in
         placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
         check_roles_fit_the_job(config, placement.world_size)
         # Whoever opens, closes: each part goes to `opened` as it comes up, so a start that fails part-way
@@ -161,12 +157,7 @@ class TrainingSession:
                 run_dir, placement.describe(), policy_device=policy_device, engine_device=engine_device
             )
             optimizer = build_optimizer(policy, config, adapters, learning_rate=say_learning_rate(config))
-            metrics, episodes = None, None
-            if distributed.is_main:
-                metrics = open_metrics(run_dir, config)
-                opened.callback(metrics.close)
-                episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
-                opened.callback(episodes.close)
+            metrics, episodes = _open_records(run_dir, config, distributed, opened)
             session = cls(
                 config,
                 run_dir,
@@ -480,3 +471,17 @@ class TrainingSession:
         """Release what the run opened, newest first: runners, files, the loop, the server, the engine (or
         wake the caller's), the process group. Each is released even when one before it fails."""
         self._opened.close()
+
+
+def _open_records(
+    run_dir: Path, config: TrainerConfig, distributed: Distributed, opened: ExitStack
+) -> tuple[MetricsWriter | None, RunEpisodes | None]:
+    """The metrics writer and the episode files (rank 0 writes them; other ranks have none), closed with
+    `opened`."""
+    if not distributed.is_main:
+        return None, None
+    metrics = open_metrics(run_dir, config)
+    opened.callback(metrics.close)
+    episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
+    opened.callback(episodes.close)
+    return metrics, episodes

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "build_policy",
     "check_engine_serves_roles",
+    "check_init_adapter",
     "check_lora_rank_fits_vllm",
     "check_roles_fit_the_job",
     "open_metrics",
@@ -248,6 +249,17 @@ def warn_if_dtypes_differ(engine_dtype: object, policy_dtype: str, whose: str) -
         policy_dtype,
         policy_dtype,
     )
+
+
+def check_init_adapter(config: TrainerConfig) -> None:
+    """Refuse an `init_adapter` folder that is not whole (a truncated file) before anything starts."""
+    if config.init_adapter is None:
+        return
+    from lightning_sdk.training.update.folders.whole_folders import adapter_problem
+
+    problem = adapter_problem(config.init_adapter)
+    if problem is not None:
+        raise ValueError(f"init_adapter={config.init_adapter!r} is not a whole adapter: {problem}.")
 
 
 def check_roles_fit_the_job(config: TrainerConfig, world_size: int) -> None:
