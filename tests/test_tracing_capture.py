@@ -9,6 +9,7 @@ import pytest
 
 import lightning_sdk as ls
 from tests.fixtures.fake_openai_wire import (
+    FAKE_WEIGHT_VERSION,
     ErrorReply,
     Reply,
     fake_logprobs,
@@ -60,6 +61,7 @@ def test_chat_call_records_request_response_and_token_ids(openai_server, openai_
     assert call.logprobs == fake_logprobs(fake_tokenize("4"))
     assert call.usage["completion_tokens"] == 1
     assert call.request_id.startswith("chatcmpl-") and call.latency_s > 0 and call.trainable
+    assert call.policy_version == FAKE_WEIGHT_VERSION  # the weights that answered, as the server said
 
 
 def test_request_is_sent_unaltered(openai_server, openai_client, instrumented):
@@ -131,6 +133,7 @@ def test_tool_calls_whole_and_streamed_are_recorded_alike(openai_server, openai_
     assert (
         whole.prompt_token_ids == streamed.prompt_token_ids == fake_tokenize(render_chat_prompt(USER, TOOLS))
     )
+    assert whole.policy_version == streamed.policy_version == FAKE_WEIGHT_VERSION
 
 
 def test_stream_consumed_fully_records_what_the_user_saw(openai_server, openai_client, instrumented):
