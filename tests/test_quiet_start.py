@@ -24,6 +24,7 @@ OURS = [
     re.compile(pattern)
     for pattern in (
         r"starting the (auto|vllm|transformers) engine on .+",
+        r"serving .+ at http://127\.0\.0\.1:\d+/v1",
         r"memory: a training step needs at most [\d.]+ GiB( of the [\d.]+ GiB available)?, at .+",
         r"engine: \d+ warning or error line\(s\) while starting, in .+engine\.log",
     )

@@ -123,3 +123,50 @@ def test_a_run_killed_after_a_checkpoint_resumes_as_if_it_had_not_stopped(tmp_pa
     assert tasks == _tasks_by_step(reference)  # the same data order as a run that was never stopped
     adapter = load_file(str(run_dir / "adapter" / "adapter_model.safetensors"))
     assert adapter.keys() == load_file(str(reference / "adapter" / "adapter_model.safetensors")).keys()
+
+
+def test_a_run_with_rollouts_in_flight_killed_after_a_checkpoint_resumes_with_nothing_lost(
+    tmp_path: Path,
+) -> None:
+    """max_staleness=1: groups run on through every update, so at the kill some are running and some are
+    complete but not trained. The checkpoint gave their tasks back to the cursor; the resumed run trains
+    every step once, each on whole groups, and the episode store stays intact."""
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"question": f"Name a fruit, number {i}."}) + "\n" for i in range(5)))
+    config = tmp_path / "config.json"
+    settings = {"group_size": GROUP, "batch_size": 1, "max_steps": STEPS, "save_every": 2, "eval_every": 0}
+    config.write_text(json.dumps({**settings, "max_tokens": 6, "progress_bar": False, "max_staleness": 1}))
+    env = _environment()
+    run_dir = tmp_path / "run"
+    training = subprocess.Popen(
+        _command(data, config, run_dir), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 600
+    while 3 not in (_steps_logged(run_dir) if (run_dir / "metrics.jsonl").exists() else []):
+        assert training.poll() is None, training.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "step 3 was never logged"
+        time.sleep(0.05)
+    training.send_signal(signal.SIGKILL)  # step 3 trained; step 4's groups running through its update
+    training.wait(30)
+    state = json.loads((run_dir / "checkpoints" / "step-00000002" / "trainer_state.json").read_text())
+    assert len(state["data"]["returned"]) == 2  # (S + 1) x batch_size groups held at the checkpoint
+
+    resumed = subprocess.run(
+        _command(data, config, run_dir, "--resume"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert [record["step"] for record in steps] == list(range(1, STEPS + 1))  # every step once, in order
+    with sqlite3.connect(run_dir / "episodes.sqlite") as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    stored = Counter({step: len(questions) for step, questions in _tasks_by_step(run_dir).items()})
+    # Each step trained one whole group; a group too old to train is stored beside it, marked.
+    assert stored == Counter({r["step"]: GROUP * (1 + int(r["groups_too_old"])) for r in steps})
+    assert all(record["groups_rolled_out"] == 1 for record in steps)
+    assert load_file(str(run_dir / "adapter" / "adapter_model.safetensors"))
