@@ -62,6 +62,10 @@ def test_the_engines_log_lines_follow_to_the_file_for_the_rest_of_the_run(tmp_pa
     engine_logger = logging.getLogger("vllm")
     handler = logging.StreamHandler(sys.stdout)  # what vLLM sets up on import
     engine_logger.addHandler(handler)
+    # Other tests (and vLLM's own logging setup) may leave the logger disabled or quiet: not this one.
+    saved = engine_logger.disabled, engine_logger.level
+    engine_logger.disabled = False
+    engine_logger.setLevel(logging.INFO)
     try:
         output = EngineOutput(tmp_path)
         output.keep_engine_logs()
@@ -71,3 +75,4 @@ def test_the_engines_log_lines_follow_to_the_file_for_the_rest_of_the_run(tmp_pa
         assert "Sleep mode freed" in (tmp_path / ENGINE_LOG).read_text()
     finally:
         engine_logger.removeHandler(handler)
+        engine_logger.disabled, engine_logger.level = saved

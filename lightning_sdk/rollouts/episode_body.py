@@ -95,6 +95,9 @@ class CallBody(_Strict):
         description="a list of numbers or nulls, one per completion token (training takes a value "
         "that is not finite as unknown), or null",
     )
+    policy_version: int | str | None = Field(
+        None, description="the version of the weights that answered (the step), or null"
+    )
     started_at: Finite = 0.0
     latency_s: Finite | None = None
     reward: Finite | None = Field(None, description="a finite number, or null")

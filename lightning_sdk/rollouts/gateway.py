@@ -122,6 +122,7 @@ def calls_from_served(template: LLMCall, served: ServedCall) -> list[LLMCall]:
         call.latency_s = time.time() - template.started_at
         call.error = served.error
         call.adapter = served.adapter
+        call.policy_version = served.weight_version
         if not served.complete:
             call.metadata["stream_closed_early"] = True
         calls.append(call)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 
@@ -25,6 +25,9 @@ from lightning_sdk.serving.passthrough.forward import Forward
 from lightning_sdk.serving.responses.api import serve_responses
 from lightning_sdk.serving.served import ApiKind, ServedCall, ServedObserver
 from lightning_sdk.tracing.routing import ROLE_HEADER
+
+if TYPE_CHECKING:
+    from lightning_sdk.engine.types import Engine
 
 __all__ = ["API_PATHS", "COUNT_TOKENS_PATH", "OpenAIAPI", "install_openai_routes", "openai_api"]
 
@@ -56,8 +59,8 @@ class OpenAIAPI:
         `observe`, when given, is called once with what was served (for a stream, when it ends). `role`: the
         request's role header (`lightning_sdk.tracing.routing.ROLE_HEADER`), whose adapter answers."""
         ctx = self.ctx.for_request(role, body)
-        if ctx.adapter is not None and observe is not None:
-            observe = _with_adapter(observe, ctx.adapter)
+        if observe is not None:
+            observe = _stamped(observe, ctx.adapter, ctx.engine)
         return await _SERVE[kind](ctx, body, observe)
 
     def count_tokens(self, body: Any, role: str | None = None) -> dict[str, Any]:
@@ -141,9 +144,13 @@ def _route(api: OpenAIAPI, kind: ApiKind) -> Callable[[Request], Awaitable[Any]]
     return route
 
 
-def _with_adapter(observe: ServedObserver, adapter: str) -> ServedObserver:
+def _stamped(observe: ServedObserver, adapter: str | None, engine: Engine) -> ServedObserver:
+    """`observe` told which adapter answered and which weights: the engine's version as the answer ends.
+    Weights change only once no request is in flight (`RequestGate`), and an update takes seconds, not
+    the instant between the last token and this call."""
+
     def observed(served: ServedCall) -> None:
-        observe(dataclasses.replace(served, adapter=adapter))
+        observe(dataclasses.replace(served, adapter=adapter, weight_version=engine.weight_version))
 
     return observed
 

@@ -52,10 +52,12 @@ class ServedCall:
     complete: bool = True
     """False when the client stopped reading a stream before its end."""
     error: str | None = None
+    """The error sent in-band when the engine failed during a stream."""
     adapter: str | None = None
     """The role whose adapter answered (None: the default adapter, or the base model when roles have
     adapters); set by `OpenAIAPI.serve`."""
-    """The error sent in-band when the engine failed during a stream."""
+    weight_version: int | str | None = None
+    """The version of the weights that answered (None: the base model); set by `OpenAIAPI.serve`."""
 
 
 ServedObserver = Callable[[ServedCall], None]
