@@ -2,7 +2,7 @@
 
 An agent on the bundled model that waits on a tool as real agents do: each episode makes one to three tool
 calls of 0.5-3 s (one episode in eight waits six times longer: the heavy tail), then answers a sum with
-one model call, scored 1 when the reply is the number alone. The arms train the same number of steps on
+one model call, scored 1 when the reply is the number alone and 0.5 when the right number is in it. The arms train the same number of steps on
 the same tasks, seeds paired:
 
     s0         max_staleness=0 (the step-by-step loop)
@@ -27,6 +27,7 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -76,7 +77,12 @@ def build_agent(instant_tool: bool, seed: int) -> Any:
 
     @ls.reward
     def exact_sum(task: dict[str, Any], reply: str) -> float:
-        return 1.0 if reply.strip().rstrip(".") == str(task["a"] + task["b"]) else 0.0
+        """1 for the number alone; 0.5 for the right number inside other words ("12 + 13 = 25"), which the
+        base model writes about a third of the time, so groups have a spread to learn from."""
+        total = str(task["a"] + task["b"])
+        if reply.strip().rstrip(".") == total:
+            return 1.0
+        return 0.5 if re.search(rf"(?<!\d){total}(?!\d)", reply) else 0.0
 
     @ls.trace_agent(name="summer")
     def summer(task: dict[str, Any]) -> str:

@@ -178,7 +178,11 @@ def test_a_logged_step_appears_on_the_open_page_without_a_reload(tmp_path: Path,
         assert page.locator("#last-step").inner_text() == "3"
         page.wait_for_selector("table.steps a.step-link[href='step/3']")  # the steps table follows too
         assert page.evaluate("window.__same_page") is True  # the same document: no reload
-    assert errors == []
+        assert errors == []
+        server.stop()  # the viewer goes away: the page says so instead of going quiet
+        page.wait_for_selector("#poll-problem:not([hidden])", timeout=30_000)
+        assert "Lost contact with the explorer" in page.locator("#poll-problem").inner_text()
+        assert page.locator("figure[data-chart='reward'] circle[data-step='3']").count() >= 1  # kept
 
 
 @pytest.mark.slow  # the module's one short training

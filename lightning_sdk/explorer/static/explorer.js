@@ -118,6 +118,14 @@
     if (empty) empty.hidden = rows.length > 0;
   }
 
+  // The Run page's line about live updates: shown with a text, hidden with "".
+  function notice(text) {
+    const line = document.getElementById("poll-problem");
+    if (!line) return;
+    line.textContent = text;
+    line.hidden = text === "";
+  }
+
   function poll(container) {
     const url = container.getAttribute("data-poll");
     let count = Number(container.getAttribute("data-count"));
@@ -126,14 +134,11 @@
         const reply = await fetch(url + "?known=" + count, { cache: "no-store", credentials: "same-origin" });
         if (reply.status === 401) {
           // The key's cookie is gone (another explorer on this host, or it expired): say so and stop.
-          const notice = document.getElementById("poll-problem");
-          if (notice) {
-            notice.textContent = "Live updates stopped: this page no longer has the explorer's key. Open the " +
-              "address the command printed (it ends in ?key=...) again.";
-            notice.hidden = false;
-          }
+          notice("Live updates stopped: this page no longer has the explorer's key. Open the address the " +
+            "command printed (it ends in ?key=...) again.");
           return;
         }
+        notice(reply.ok ? "" : "Lost contact with the explorer (it answered " + reply.status + "); retrying.");
         if (reply.ok) {
           const body = await reply.json();
           if (body.charts) {
@@ -147,7 +152,9 @@
           }
         }
       } catch (error) {
-        // The server stopped (the run ended): keep what is drawn, try again later.
+        // The server stopped (the run ended, or the viewer was closed): keep what is drawn, say so, retry.
+        notice("Lost contact with the explorer: it stopped, or the network did. What is drawn stays; " +
+          "retrying every 2 s.");
       }
       setTimeout(once, 2000);
     }
