@@ -2,8 +2,8 @@
 
 An agent on the bundled model that waits on a tool as real agents do: each episode makes one to three tool
 calls of 0.5-3 s (one episode in eight waits six times longer: the heavy tail), then answers a sum with
-one model call, scored 1 when the reply is the number alone and 0.5 when the right number is in it. The arms train the same number of steps on
-the same tasks, seeds paired:
+one model call, scored 1 when the reply is the number alone and 0.5 when the right number is in it. The
+arms train the same number of steps on the same tasks, seeds paired:
 
     s0         max_staleness=0 (the step-by-step loop)
     s1, s2     max_staleness=1 and 2
