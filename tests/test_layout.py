@@ -290,3 +290,22 @@ def test_importing_the_package_loads_no_client_engine_or_capture() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+MAX_FUNCTION_LINES, MAX_FILES_PER_FOLDER = 80, 12
+
+
+def test_no_function_is_longer_than_a_screen_and_no_folder_holds_more_than_twelve_modules() -> None:
+    long_functions, crowded = [], []
+    for folder in [ROOT / "lightning_sdk", *(ROOT / "lightning_sdk").rglob("*/")]:
+        modules = list(folder.glob("*.py"))
+        if len(modules) > MAX_FILES_PER_FOLDER:
+            crowded.append(f"{folder.relative_to(ROOT)}: {len(modules)}")
+    for path in (ROOT / "lightning_sdk").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{path.relative_to(ROOT)}:{node.name} ({lines} lines)")
+    assert not long_functions, f"split these into named steps: {long_functions}"
+    assert not crowded, f"give these folders subfolders by job: {crowded}"

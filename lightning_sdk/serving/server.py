@@ -1,5 +1,13 @@
 """Run the OpenAI-compatible app in a background thread (`serving.http.background`): `serve()` and
-`start_server()`."""
+`start_server()`.
+
+Example::
+
+    server = ls.serve()                        # bundled model on 127.0.0.1, free port, random key
+    client = server.endpoint.openai_client()
+    client.chat.completions.create(model=server.endpoint.model, messages=[...])
+    server.stop()
+"""
 
 from __future__ import annotations
 
@@ -163,14 +171,9 @@ def serve(
     limits: RequestLimits | None = None,
     **engine_options: Any,
 ) -> ServerHandle:
-    """Serve a model (and optionally a trained LoRA adapter) through an OpenAI-compatible endpoint.
-
-    Example::
-
-        server = ls.serve()                        # bundled model on 127.0.0.1, free port, random key
-        client = server.endpoint.openai_client()
-        client.chat.completions.create(model=server.endpoint.model, messages=[...])
-        server.stop()
+    """Serve a model (and optionally a trained LoRA adapter) through an OpenAI-compatible endpoint; returns
+    a `ServerHandle`, whose `stop()` shuts down the server and its engine (the module docstring has an
+    example).
 
     Args:
         model: `None` (bundled SmolLM2-135M-Instruct), a local Hugging Face folder or a Hub id.
@@ -199,9 +202,6 @@ def serve(
         limits: What one request may ask: body size, JSON depth, sequences started
             (`lightning_sdk.serving.limits.RequestLimits`; default `RequestLimits()`).
         engine_options: Passed to the engine (`max_model_len`, `dtype`, ...).
-
-    Returns:
-        A `ServerHandle`; `stop()` shuts down the server and its engine.
     """
     from lightning_sdk.engine.factory import create_engine
 
