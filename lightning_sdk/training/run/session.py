@@ -23,6 +23,7 @@ from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.records.engine_log import EngineOutput
 from lightning_sdk.training.records.run_dir import write_rank_info
 from lightning_sdk.training.records.run_episodes import RunEpisodes
+from lightning_sdk.training.run.adapters import load_into_engine, write_adapter
 from lightning_sdk.training.run.checkpoints import load_run_checkpoint, save_run_checkpoint
 from lightning_sdk.training.run.environment import environment
 from lightning_sdk.training.run.event_loop import RunLoop
@@ -33,6 +34,7 @@ from lightning_sdk.training.run.startup import (
     check_init_adapter,
     check_roles_fit_the_job,
     open_metrics,
+    open_records,
     runner_protocol_for,
     say_learning_rate,
     say_step_memory,
@@ -157,7 +159,7 @@ class TrainingSession:
                 run_dir, placement.describe(), policy_device=policy_device, engine_device=engine_device
             )
             optimizer = build_optimizer(policy, config, adapters, learning_rate=say_learning_rate(config))
-            metrics, episodes = _open_records(run_dir, config, distributed, opened)
+            metrics, episodes = open_records(run_dir, config, distributed, opened)
             session = cls(
                 config,
                 run_dir,
@@ -376,23 +378,14 @@ class TrainingSession:
 
         The engine sleeps here (between rollouts); it wakes its weights for the write itself and keeps its
         KV cache asleep until the next rollout or evaluation wakes it."""
-        from lightning_sdk.training.update.folders.whole_folders import staged_folder
-        from lightning_sdk.training.update.lora import save_adapter
-
         started = time.perf_counter()
-        folder = (
-            self.adapter_dir
-            if self.distributed.is_main
-            else self.run_dir / f"adapter-rank{self.distributed.rank}"
-        )
-        with staged_folder(folder) as staging:  # a crash mid-save leaves the last whole adapter
-            save_adapter(self.distributed.unwrap(self.policy_model), staging)
-        if self.roles is None:
-            self.engine.load_adapter(folder, version=step)
-        else:  # each role's adapter, in its subfolder; the ones this step did not change stay as they are
+        distributed = self.distributed
+        folder = self.adapter_dir if distributed.is_main else self.run_dir / f"adapter-rank{distributed.rank}"
+        write_adapter(distributed.unwrap(self.policy_model), folder)
+        changed = None
+        if self.roles is not None:  # the role adapters this step changed (all after a resume)
             changed = self.roles.adapters if self.changed_roles is None else self.changed_roles
-            for role in changed:
-                self.engine.load_adapter(folder / role, version=step, role=role)
+        load_into_engine(self.engine, folder, step, changed)
         return {"time_weight_sync_s": time.perf_counter() - started}
 
     def save_final_adapter(self) -> Path:
@@ -403,14 +396,8 @@ class TrainingSession:
         """The policy's adapter (every role's, in subfolders, with roles) in `folder` (rank 0), written
         under a staging name and renamed into place whole; `beside(staging)` writes more files into the
         folder before it is renamed (`best.json`), so they come and go with the adapter."""
-        from lightning_sdk.training.update.folders.whole_folders import staged_folder
-        from lightning_sdk.training.update.lora import save_adapter
-
         if self.distributed.is_main:
-            with staged_folder(folder) as staging:
-                save_adapter(self.distributed.unwrap(self.policy_model), staging)
-                if beside is not None:
-                    beside(staging)
+            write_adapter(self.distributed.unwrap(self.policy_model), folder, beside)
         return folder
 
     # --- checkpoints and logs -------------------------------------------------------------------------
@@ -471,17 +458,3 @@ class TrainingSession:
         """Release what the run opened, newest first: runners, files, the loop, the server, the engine (or
         wake the caller's), the process group. Each is released even when one before it fails."""
         self._opened.close()
-
-
-def _open_records(
-    run_dir: Path, config: TrainerConfig, distributed: Distributed, opened: ExitStack
-) -> tuple[MetricsWriter | None, RunEpisodes | None]:
-    """The metrics writer and the episode files (rank 0 writes them; other ranks have none), closed with
-    `opened`."""
-    if not distributed.is_main:
-        return None, None
-    metrics = open_metrics(run_dir, config)
-    opened.callback(metrics.close)
-    episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
-    opened.callback(episodes.close)
-    return metrics, episodes

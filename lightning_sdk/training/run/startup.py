@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from lightning_sdk.serving.routes.installer import RouteInstaller
     from lightning_sdk.serving.server import ServerHandle
     from lightning_sdk.training.records.metrics import MetricsWriter
+    from lightning_sdk.training.records.run_episodes import RunEpisodes
     from lightning_sdk.training.update.distributed import PolicyModel
     from lightning_sdk.training.update.memory import StepMemory
 
@@ -38,6 +40,7 @@ __all__ = [
     "check_lora_rank_fits_vllm",
     "check_roles_fit_the_job",
     "open_metrics",
+    "open_records",
     "runner_protocol_for",
     "say_learning_rate",
     "say_step_memory",
@@ -436,6 +439,22 @@ def open_metrics(run_dir: Path, config: TrainerConfig, resume_step: int | None =
         resume_step=resume_step,
         wandb_project=config.wandb_project,
     )
+
+
+def open_records(
+    run_dir: Path, config: TrainerConfig, distributed: Distributed, opened: ExitStack
+) -> tuple[MetricsWriter | None, RunEpisodes | None]:
+    """The metrics writer and the episode files (rank 0 writes them; other ranks have none), closed with
+    `opened`."""
+    from lightning_sdk.training.records.run_episodes import RunEpisodes
+
+    if not distributed.is_main:
+        return None, None
+    metrics = open_metrics(run_dir, config)
+    opened.callback(metrics.close)
+    episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
+    opened.callback(episodes.close)
+    return metrics, episodes
 
 
 def seed_everything(seed: int) -> None:
