@@ -58,6 +58,18 @@ def _steps_logged(run_dir: Path) -> list[int]:
     return [record["step"] for record in read_metrics(run_dir) if "reward_mean" in record]
 
 
+def _kill_once_logged(command: list[str], env: dict[str, str], run_dir: Path, step: int) -> None:
+    """Start the training command and SIGKILL it as soon as `step` is logged."""
+    training = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while step not in (_steps_logged(run_dir) if (run_dir / "metrics.jsonl").exists() else []):
+        assert training.poll() is None, training.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, f"step {step} was never logged"
+        time.sleep(0.05)
+    training.send_signal(signal.SIGKILL)
+    training.wait(30)
+
+
 def _tasks_by_step(run_dir: Path) -> dict[int, list[str]]:
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
         episodes = list(store.episodes())
@@ -90,17 +102,8 @@ def test_a_run_killed_after_a_checkpoint_resumes_as_if_it_had_not_stopped(tmp_pa
     subprocess.run(_command(data, config, reference), env=env, check=True, capture_output=True, timeout=900)
 
     run_dir = tmp_path / "run"
-    training = subprocess.Popen(
-        _command(data, config, run_dir), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    deadline = time.monotonic() + 600
-    while 3 not in (_steps_logged(run_dir) if (run_dir / "metrics.jsonl").exists() else []):
-        assert training.poll() is None, training.stderr.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "step 3 was never logged"
-        time.sleep(0.05)
+    _kill_once_logged(_command(data, config, run_dir), env, run_dir, step=3)
     # Step 3 is done and its episodes are stored; the newest checkpoint is step 2's.
-    training.send_signal(signal.SIGKILL)
-    training.wait(30)
     assert (run_dir / "checkpoints" / "step-00000002").is_dir()
 
     resumed = subprocess.run(
@@ -138,16 +141,8 @@ def test_a_run_with_rollouts_in_flight_killed_after_a_checkpoint_resumes_with_no
     config.write_text(json.dumps({**settings, "max_tokens": 6, "progress_bar": False, "max_staleness": 1}))
     env = _environment()
     run_dir = tmp_path / "run"
-    training = subprocess.Popen(
-        _command(data, config, run_dir), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    deadline = time.monotonic() + 600
-    while 3 not in (_steps_logged(run_dir) if (run_dir / "metrics.jsonl").exists() else []):
-        assert training.poll() is None, training.stderr.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "step 3 was never logged"
-        time.sleep(0.05)
-    training.send_signal(signal.SIGKILL)  # step 3 trained; step 4's groups running through its update
-    training.wait(30)
+    # Step 3 trained; step 4's groups are running through its update.
+    _kill_once_logged(_command(data, config, run_dir), env, run_dir, step=3)
     state = json.loads((run_dir / "checkpoints" / "step-00000002" / "trainer_state.json").read_text())
     assert len(state["data"]["returned"]) == 2  # (S + 1) x batch_size groups held at the checkpoint
 
