@@ -42,6 +42,8 @@ Finite = Annotated[float, BeforeValidator(_finite_number)]
 _Name = Annotated[str, Field(min_length=1, max_length=200)]
 _Id = Annotated[str, Field(max_length=200)]
 _TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+_Version = int | Annotated[str, Field(max_length=100)] | None
+"""A weight version as our endpoint reports it: the step, or an adapter folder's name."""
 _Rewards = Annotated[dict[_Name, Finite], Field(max_length=1000)]
 
 
@@ -95,9 +97,7 @@ class CallBody(_Strict):
         description="a list of numbers or nulls, one per completion token (training takes a value "
         "that is not finite as unknown), or null",
     )
-    policy_version: int | str | None = Field(
-        None, description="the version of the weights that answered (the step), or null"
-    )
+    policy_version: _Version = Field(None, description="the version of the weights that answered, or null")
     started_at: Finite = 0.0
     latency_s: Finite | None = None
     reward: Finite | None = Field(None, description="a finite number, or null")
