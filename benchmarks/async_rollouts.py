@@ -132,19 +132,10 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     started = min(record["time"] for record in records)
     steps = [record for record in records if "reward_mean" in record]
     evals = [record for record in records if "val_reward" in record]
-    keys = ("time_step_s", "time_rollout_s", "time_train_s", "time_weight_sync_s", "engine_busy_share")
+    defaults = {"staleness_mean": 0.0, "groups_too_old": 0.0, "calls_held": 0}
     return {
         "engine_dtype": info["starts"][-1].get("engine_dtype"),
-        "steps": [
-            {
-                "step": r["step"],
-                **{key: r.get(key) for key in keys},
-                "staleness_mean": r.get("staleness_mean", 0.0),
-                "groups_too_old": r.get("groups_too_old", 0.0),
-                "calls_held": r.get("calls_held", 0),
-            }
-            for r in steps
-        ],
+        "steps": [{**defaults, **r} for r in steps],  # every metric, for columns not yet in the table
         "held_out": [
             {"step": r["step"], "seconds": r["time"] - started, "reward": r["val_reward"]} for r in evals
         ],

@@ -142,6 +142,60 @@ def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path
     assert set(returned) <= step_four | {TASKS[i]["id"] for i in state["data"]["returned"]}
 
 
+def laggard_agent(group_size: int) -> Any:
+    """An agent whose first group (the first task it sees) outlives two updates: after its first call it
+    keeps asking until the weights answering it are two updates newer. Every other episode is quick."""
+    lock, slow = threading.Lock(), {"task": None, "left": group_size}
+
+    @ls.trace_agent(name="laggard")
+    def laggard(task: dict[str, Any]) -> str:
+        with lock:
+            if slow["task"] is None:
+                slow["task"] = task["id"]
+            lagging = task["id"] == slow["task"] and slow["left"] > 0
+            slow["left"] -= int(lagging)
+        answer = ask(task["question"])
+        episode = ls.current_episode()
+        assert episode is not None
+        first = episode.calls[0].policy_version or 0
+        deadline = time.monotonic() + 600
+        while lagging and (episode.calls[-1].policy_version or 0) < first + 2:
+            assert time.monotonic() < deadline, "the fast groups stopped driving updates"
+            time.sleep(0.05)
+            answer = ask(task["question"], max_tokens=2)
+        length_reward(task, answer)
+        return answer
+
+    return laggard
+
+
+def test_a_group_too_old_to_train_is_stored_and_replaced_so_every_step_trains_a_full_batch(
+    vllm_engine: Any, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    config = ls.TrainerConfig(
+        group_size=2,
+        batch_size=1,
+        max_steps=4,
+        max_staleness=1,
+        max_tokens=6,
+        save_every=0,
+        eval_every=0,
+        run_dir=str(run_dir),
+        progress_bar=False,
+    )
+    ls.Trainer(config=config, engine=vllm_engine).fit(laggard_agent(group_size=2), TASKS)
+
+    steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
+    assert [record["step"] for record in steps] == [1, 2, 3, 4]
+    assert sum(record["groups_too_old"] for record in steps) == 1  # the laggard's group, at step 3 or 4
+    for record in steps:  # ... and a fresh group trained in its place
+        assert record["groups_rolled_out"] == 1 and record["episodes_failed"] == 0
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        left_out = [e for e in store.episodes() if "not_trained" in e.metadata]
+    assert len(left_out) == 2 and all(len(e.calls) > 1 for e in left_out)
+
+
 def seeded_agent() -> Any:
     """An agent whose every request carries its own seed, counted from 0: with one episode at a time the
     same run samples the same tokens, so two runs can be compared byte for byte."""

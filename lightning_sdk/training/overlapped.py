@@ -79,12 +79,16 @@ class OverlappedRollouts:
 
     def collect(self, step: int) -> StepRollouts:
         """The step's groups: the first `batch_size` to complete that are recent enough (with
-        `dynamic_sampling_rounds`, that carry a learning signal, taking at most `rounds + 1` batches)."""
+        `dynamic_sampling_rounds`, that carry a learning signal, taking at most `rounds + 1` batches).
+
+        A group too old to train does not count: a new group starts in its place at once (on the weights
+        served now, so it cannot be too old for this step), and the step waits for it or for another one
+        to complete. Every step thus trains as many groups as the step-by-step loop would."""
         config = self.config
         wanted, limit = config.batch_size, config.batch_size * (config.dynamic_sampling_rounds + 1)
         current = step - 1  # the weights the engine serves now, which this step updates
         rolled, ages, too_old, taken = StepRollouts(), [], 0, 0
-        while taken < limit and _counted(rolled, config.dynamic_sampling_rounds) < wanted:
+        while taken - too_old < limit and _counted(rolled, config.dynamic_sampling_rounds) < wanted:
             if not self.pool.held:  # dynamic sampling took every group held and still wants more
                 self.top_up()
             group = self.pool.next_complete()
@@ -95,10 +99,11 @@ class OverlappedRollouts:
             rolled.rollouts += self._numbered(group, taken - 1, dropped=stale)  # its place in the step
             if stale:
                 too_old += 1
+                self.top_up()  # its replacement, on the current weights
                 continue
             ages.append(age)
             rolled.groups.append(prepared)
-        rolled.rounds = math.ceil(taken / wanted)
+        rolled.rounds = math.ceil((taken - too_old) / wanted)
         self._warn_if_too_old(step, too_old, taken)
         rolled.extra = staleness_metrics(ages, too_old, config.max_staleness)
         return rolled
