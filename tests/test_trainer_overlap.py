@@ -114,6 +114,14 @@ def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path
         # 0 is possible: after an evaluation every group held is complete, and the step only takes them.
         assert 0 <= record["engine_busy_share"] <= 1 and record["calls_held"] >= 0
     assert any(record["engine_busy_share"] > 0 for record in steps)
+    # The capped importance weights per staleness level of the trained samples (tokens counted beside).
+    assert any(f"importance_capped_fraction_s{age}" in r for r in steps for age in (0, 1))
+    assert all(
+        r[f"importance_tokens_s{age}"] > 0
+        for r in steps
+        for age in (0, 1)
+        if f"importance_tokens_s{age}" in r
+    )
     assert result.final_eval is not None and result.final_eval["episodes"] == 2
 
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:

@@ -68,7 +68,7 @@ def test_a_sample_drawn_by_an_older_adapter_is_weighted_by_the_two_policies_rati
     from lightning_sdk.training.update.step import train_on_samples
     from tests.fixtures.training import tiny_lora_model
 
-    model, config = tiny_lora_model(learning_rate=1e-2, importance_sampling_cap=1.02)
+    model, config = tiny_lora_model(learning_rate=1e-2, importance_sampling_cap=1.02, max_staleness=1)
     prompt, completion = [1, 2, 3], [4, 5, 6, 7, 8]
     bare = Sample(prompt, completion, [1] * 5, [None] * 5, [1.0] * 5)
 
@@ -91,9 +91,18 @@ def test_a_sample_drawn_by_an_older_adapter_is_weighted_by_the_two_policies_rati
     ratio = torch.exp(completion_logprobs() - older)
     assert ratio.max() > 1.02 and ratio.min() < 1.02  # some tokens are capped, some are not
 
-    stale = Sample(prompt, completion, [1] * 5, [float(v) for v in older], [1.0] * 5)
+    stale = Sample(prompt, completion, [1] * 5, [float(v) for v in older], [1.0] * 5, staleness=1)
+    # Beside it, a sample drawn by the adapter being updated: weight 1, never capped.
+    fresh = Sample(prompt, completion, [1] * 5, [float(v) for v in completion_logprobs()], [1.0] * 5)
     optimizer = build_optimizer(model, config)
-    stats = train_on_samples(model, optimizer, build_scheduler(optimizer, config), [stale], config)
+    stats = train_on_samples(model, optimizer, build_scheduler(optimizer, config), [stale, fresh], config)
+    capped = float((ratio > 1.02).double().sum())
     assert stats["importance_ratio_max"] == pytest.approx(float(ratio.max()), rel=1e-4)
-    assert stats["importance_capped_fraction"] == pytest.approx(float((ratio > 1.02).double().mean()))
-    assert stats["mismatch_logratio_abs"] == pytest.approx(float(ratio.log().abs().mean()), rel=1e-4)
+    assert stats["importance_capped_fraction"] == pytest.approx(capped / 10)
+    # The gap between engine and trainer is measured on the fresh sample only: the stale one's distance is
+    # the update's, not the numerics'.
+    assert stats["mismatch_tokens"] == 5 and stats["mismatch_logratio_abs"] < 1e-4
+    # The capped share per staleness level: all of it on the sample one update old.
+    assert stats["importance_capped_fraction_s1"] == pytest.approx(capped / 5)
+    assert stats["importance_capped_fraction_s0"] == 0.0
+    assert stats["importance_tokens_s0"] == stats["importance_tokens_s1"] == 5

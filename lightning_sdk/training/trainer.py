@@ -25,6 +25,7 @@ from lightning_sdk.training.algorithm.prepare import (
     samples_from_groups,
 )
 from lightning_sdk.training.algorithm.signal import SignalWatch, signal_counts
+from lightning_sdk.training.algorithm.staleness import stamp_sample_staleness
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
 from lightning_sdk.training.evaluation import evaluate_agent
@@ -312,7 +313,10 @@ class _Loop:
             else rolled.groups
         )
         with self.update_window(last=step == config.max_steps):
-            stats = session.train(samples_from_groups(trained, config))
+            prepared = samples_from_groups(trained, config)
+            if self.overlapped is not None:  # samples may be older than the weights the step updates
+                stamp_sample_staleness(prepared.samples, trained, current_version=step - 1)
+            stats = session.train(prepared)
             session.warnings.policy_gap(
                 step, stats, getattr(session.engine, "dtype", None), session.policy_dtype
             )

@@ -59,6 +59,9 @@ class Sample:
     """The sampling temperature of the calls; the loss scales logits by it."""
     adapter: str | None = None
     """The role whose adapter sampled the calls and trains on them (`LLMCall.adapter`; None without roles)."""
+    staleness: int = 0
+    """Updates between the weights that sampled its oldest trained call and the weights the step updates
+    (set with rollouts that run on through the update, `max_staleness >= 1`; 0 otherwise)."""
 
     def __post_init__(self) -> None:
         size = len(self.completion_ids)

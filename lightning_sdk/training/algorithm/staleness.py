@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_sdk.training.algorithm.prepare import PreparedGroup
+from lightning_sdk.training.algorithm.samples import Sample
 
-__all__ = ["group_staleness", "staleness_metrics", "version_number"]
+__all__ = ["group_staleness", "staleness_metrics", "stamp_sample_staleness", "version_number"]
 
 
 def version_number(version: Any) -> int:
@@ -50,3 +51,15 @@ def staleness_metrics(ages: Sequence[int], too_old: int, max_staleness: int) -> 
     for age in range(max_staleness + 1):
         metrics[f"groups_staleness_{age}"] = float(sum(1 for a in ages if a == age))
     return metrics
+
+
+def stamp_sample_staleness(
+    samples: Sequence[Sample], groups: Sequence[PreparedGroup], current_version: int
+) -> None:
+    """Set each sample's `staleness`: how many updates its oldest call (of `groups`, which it was built
+    from) is behind `current_version`, the weights the step updates. The loss counts the capped importance
+    weights per level with it, and measures the gap between the two policies on the fresh ones only."""
+    calls = [call for group in groups for episode_calls in group.calls for call in episode_calls]
+    versions = {call.id: version_number(call.policy_version) for call in calls}
+    for sample in samples:
+        sample.staleness = max(0, current_version - min(versions[call_id] for call_id in sample.call_ids))

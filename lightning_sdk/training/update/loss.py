@@ -26,13 +26,16 @@ measured on every trained token whose engine log-probability is known, whether o
 (`mismatch_sums`): with `r_t = exp(logp_old_t - logp_engine_t)`, the mean `|log r_t|`, the k3 estimate
 `E[r - 1 - log r]` of KL(engine || trainer) (the tokens were sampled by the engine, so it is unbiased),
 the share of tokens with `r_t` outside [1/2, 2], and the share of the loss's `|A|` weight that the
-importance weights took away (`sum weight_t |A_t| (1 - min(w_t, 1)) / sum weight_t |A_t|`).
+importance weights took away (`sum weight_t |A_t| (1 - min(w_t, 1)) / sum weight_t |A_t|`). With rollouts
+that run on through the update (`LossOptions.by_staleness`) the gap is measured on the samples drawn by the
+weights being updated only: an older sample differs by the updates since as well, which the capped share
+per staleness level (`importance_capped_fraction_s<k>`) shows instead.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -40,7 +43,16 @@ import torch
 if TYPE_CHECKING:
     from lightning_sdk.training.config import TrainerConfig
 
-__all__ = ["MISMATCH_TAIL_RATIO", "LossOptions", "LossStats", "mismatch_sums", "policy_loss", "token_weights"]
+__all__ = [
+    "MISMATCH_TAIL_RATIO",
+    "LossOptions",
+    "LossStats",
+    "capped_by_staleness",
+    "mismatch_sums",
+    "policy_loss",
+    "staleness_summary",
+    "token_weights",
+]
 
 MISMATCH_TAIL_RATIO = 2.0
 """A token whose ratio `p_trainer / p_engine` is above this or below its inverse counts in
@@ -65,6 +77,8 @@ class LossOptions:
     """The constant `L` of `dr_grpo`."""
     logit_chunk_tokens: int | None = 512
     """Tokens projected to the vocabulary at once (`update/forward/logprobs.py`)."""
+    by_staleness: bool = False
+    """Count the capped importance weights per sample staleness (rollouts through the update)."""
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> LossOptions:
@@ -77,6 +91,7 @@ class LossOptions:
             normalization=config.loss_normalization,
             dr_grpo_length=config.dr_grpo_length or config.max_tokens,
             logit_chunk_tokens=config.logit_chunk_tokens,
+            by_staleness=config.max_staleness >= 1,
         )
 
 
@@ -100,12 +115,18 @@ class LossStats:
     mismatch_tail: float = 0.0
     signal_sum: float = 0.0
     signal_removed_sum: float = 0.0
+    capped_by_staleness: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Per sample staleness: (tokens whose importance weight was capped, tokens weighted)."""
 
     def add(self, other: LossStats) -> None:
         """Accumulate another micro-batch's sums."""
         for name in vars(self):
             if name == "is_ratio_max":
                 self.is_ratio_max = max(self.is_ratio_max, other.is_ratio_max)
+            elif name == "capped_by_staleness":
+                for age, (capped, tokens) in other.capped_by_staleness.items():
+                    before = self.capped_by_staleness.get(age, (0.0, 0.0))
+                    self.capped_by_staleness[age] = (before[0] + capped, before[1] + tokens)
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -133,7 +154,31 @@ class LossStats:
             "mismatch_signal_removed": (
                 self.signal_removed_sum / self.signal_sum if self.signal_sum else 0.0 * compared
             ),
+            **staleness_summary(self.capped_by_staleness),
         }
+
+
+def staleness_summary(capped_by_staleness: dict[int, tuple[float, float]]) -> dict[str, float]:
+    """`importance_capped_fraction_s<k>` (the share of weighted tokens of samples k updates old whose
+    importance weight was capped) and `importance_tokens_s<k>` (those tokens), for each k seen."""
+    metrics: dict[str, float] = {}
+    for age, (capped, tokens) in sorted(capped_by_staleness.items()):
+        metrics[f"importance_capped_fraction_s{age}"] = capped / tokens if tokens else math.nan
+        metrics[f"importance_tokens_s{age}"] = tokens
+    return metrics
+
+
+def capped_by_staleness(
+    raw: torch.Tensor, known: torch.Tensor, cap: float, staleness: torch.Tensor
+) -> dict[int, tuple[float, float]]:
+    """Per staleness level of the rows (`staleness` `[B]`): the tokens with a known engine log-probability
+    whose raw importance ratio `raw` (`[B, W]`) is above `cap`, and those tokens."""
+    capped_rows = ((raw > cap) & known).sum(dim=1)
+    tokens_rows = known.sum(dim=1)
+    return {
+        int(age): (float(capped_rows[staleness == age].sum()), float(tokens_rows[staleness == age].sum()))
+        for age in torch.unique(staleness).tolist()
+    }
 
 
 def token_weights(
@@ -173,11 +218,13 @@ def policy_loss(
     has_sampling_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    staleness: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
-    """The loss of one micro-batch (all tensors `[B, W]`) and its statistics.
+    """The loss of one micro-batch (all tensors `[B, W]`, `staleness` `[B]`) and its statistics.
 
     `weights` come from `token_weights` and are 0 on untrained tokens. `old_logprobs` must not carry
-    a gradient; pass `logprobs.detach()` when the samples were not used for an update yet.
+    a gradient; pass `logprobs.detach()` when the samples were not used for an update yet. With
+    `options.by_staleness` and `staleness`, the capped importance weights are also counted per level.
     """
     mask = weights > 0
     ratio = torch.exp(logprobs - old_logprobs)
@@ -203,7 +250,13 @@ def policy_loss(
                 stats.is_ratio_sum = float(raw[known].sum())
                 stats.is_ratio_max = float(raw[known].max())
                 stats.is_capped = float((raw[known] > options.importance_sampling_cap).sum())
-        mismatch_sums(stats, old_logprobs.detach(), sampling_logprobs, known, advantages, weights, importance)
+                if options.by_staleness and staleness is not None:
+                    cap = options.importance_sampling_cap
+                    stats.capped_by_staleness = capped_by_staleness(raw, known, cap, staleness)
+        # The gap between the two policies is the numerics' alone on samples of the weights being updated;
+        # an older sample also differs by the updates since (`importance_capped_fraction_s<k>` shows those).
+        fresh = known & (staleness == 0)[:, None] if options.by_staleness and staleness is not None else known
+        mismatch_sums(stats, old_logprobs.detach(), sampling_logprobs, fresh, advantages, weights, importance)
 
     if ref_logprobs is not None:
         log_ratio = ref_logprobs - logprobs

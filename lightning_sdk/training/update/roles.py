@@ -31,6 +31,17 @@ ROLE_METRICS = ("loss", "grad_norm", "kl", "entropy", "clip_fraction", "trained_
 _SUMMED = frozenset(
     {"trained_sequences", "trained_tokens", "optimizer_steps", "skipped_updates", "mismatch_tokens"}
 )
+_CAPPED_BY_AGE = "importance_capped_fraction_s"
+
+
+def _weight_of(name: str) -> str:
+    """The count a role's mean `name` is weighed by when the roles' statistics are combined: the tokens
+    it is a mean over."""
+    if name.startswith("mismatch_"):  # over the tokens that had an engine log-probability
+        return "mismatch_tokens"
+    if name.startswith(_CAPPED_BY_AGE):  # over the weighted tokens of samples that old
+        return "importance_tokens_s" + name.removeprefix(_CAPPED_BY_AGE)
+    return "trained_tokens"
 
 
 class RolesUpdate:
@@ -77,12 +88,12 @@ def train_each_role(
 def _combined(stats: list[dict[str, float]], learning_rate: float) -> dict[str, float]:
     """The roles' statistics as one step's: counts summed, maxima kept, others weighted by tokens."""
     combined: dict[str, float] = {"learning_rate": learning_rate}
-    for name in _SUMMED:
+    summed = _SUMMED | {name for role in stats for name in role if name.startswith("importance_tokens_s")}
+    for name in summed:
         combined[name] = sum(role.get(name, 0) for role in stats)
-    names = {name for role in stats for name in role} - _SUMMED - {"learning_rate"}
+    names = {name for role in stats for name in role} - summed - {"learning_rate"}
     for name in names:
-        # The gap is a mean over the tokens that had an engine log-probability: weigh each role by those.
-        weight = "mismatch_tokens" if name.startswith("mismatch_") else "trained_tokens"
+        weight = _weight_of(name)
         pairs = [(role[name], role.get(weight, 0)) for role in stats if name in role]
         values = [value for value, _ in pairs if not math.isnan(value)]
         if name.endswith("_max"):

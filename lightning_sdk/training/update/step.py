@@ -174,6 +174,7 @@ def _accumulate_gradients(
                 has_sampling_logprobs=batch.has_sampling_logprobs,
                 ref_logprobs=reference,
                 entropy=entropy,
+                staleness=batch.staleness,
             )
             (loss if scale is None else loss * scale).backward()  # type: ignore[no-untyped-call]
         totals.add(stats)

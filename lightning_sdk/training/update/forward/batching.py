@@ -48,6 +48,8 @@ class Batch:
     """`[B, Lc]` bool, True where the engine's log-probability is known and the token is trained."""
     temperatures: torch.Tensor
     """`[B]` sampling temperature of each sequence."""
+    staleness: torch.Tensor | None = None
+    """`[B]` long, each sample's `staleness` (updates behind the weights being trained)."""
 
     @property
     def num_sequences(self) -> int:
@@ -99,6 +101,7 @@ def collate(samples: Sequence[Sample], pad_token_id: int = 0, device: torch.devi
         sampling_logprobs=sampling.to(device),
         has_sampling_logprobs=has_sampling.to(device),
         temperatures=torch.tensor([s.temperature for s in samples], dtype=torch.float32, device=device),
+        staleness=torch.tensor([s.staleness for s in samples], dtype=torch.long, device=device),
     )
 
 
