@@ -371,7 +371,7 @@ def _wait_for(condition: Any, what: str, timeout_s: float = 120.0) -> None:
 
 
 def test_the_trainer_endpoint_takes_its_limits_from_the_config(vllm_engine: Any) -> None:
-    from lightning_sdk.serving.policy import SamplingPolicy
+    from lightning_sdk.serving.options import SamplingPolicy
     from lightning_sdk.training.run.startup import start_endpoint
 
     config = ls.TrainerConfig(request_limits=ls.RequestLimits(max_sequences=2))

@@ -13,7 +13,6 @@ away stops its generation (`lightning_sdk.serving.http.disconnect`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -27,14 +26,12 @@ from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.limits import BodyLimit, RequestLimits
 from lightning_sdk.serving.messages.errors import is_messages_path, messages_error
 from lightning_sdk.serving.openai_api import OpenAIAPI, install_openai_routes
+from lightning_sdk.serving.options import AppOptions
 from lightning_sdk.serving.passthrough.forward import (
     SERVE_UPSTREAM_SETTING,
     install_passthrough_route,
     passthrough_handler,
 )
-from lightning_sdk.serving.passthrough.upstream import Upstream
-from lightning_sdk.serving.policy import SamplingPolicy
-from lightning_sdk.serving.routes.installer import RouteInstaller
 from lightning_sdk.serving.routes.openapi import openapi_document
 from lightning_sdk.serving.tools.parsers import HERMES, ToolCallParser, make_tool_parser
 
@@ -46,51 +43,37 @@ __all__ = ["MODEL_ALIASES", "create_app"]
 log = logging.getLogger(__name__)
 
 
-def create_app(
-    engine: Engine,
-    *,
-    api_key: str | None,
-    model_name: str | None = None,
-    default_max_tokens: int | None = None,
-    sampling_policy: SamplingPolicy | None = None,
-    routes: Sequence[RouteInstaller] = (),
-    upstream: Upstream | None = None,
-    upstream_setting: str = SERVE_UPSTREAM_SETTING,
-    tool_parser: str = HERMES,
-    roles: Sequence[str] = (),
-    limits: RequestLimits | None = None,
-) -> FastAPI:
-    """Build the app. `api_key=None` turns authentication off (for trusted local use only).
+def create_app(engine: Engine, options: AppOptions | None = None) -> FastAPI:
+    """Build the app serving `engine` as `options` say (`AppOptions`; default: no key, for trusted local use
+    only, and nothing else set).
 
-    `sampling_policy` lets the owner (the trainer) override every request's sampling between phases;
-    `routes` add more routes behind the same key (the trainer's runner protocol); they find the app's
-    OpenAI API with `openai_api(app)` (`lightning_sdk.serving.openai_api`). Other `/v1/...`
-    requests go to `upstream` (`lightning_sdk.serving.passthrough.forward`), or get a 404 that ends with
-    `upstream_setting`: how the owner names an upstream. `tool_parser` names the tool-call format the
-    model writes (`lightning_sdk.serving.tools.parsers`). `roles`: the roles whose adapters the engine
-    serves (`Engine.load_adapter(..., role=...)`); a request picks one with `model="<role>"` or the
-    `x-lightning-role` header. `limits`: what one request may ask, on every route (body size, JSON depth,
-    sequences started; `lightning_sdk.serving.limits.RequestLimits`).
+    The owner (the trainer) changes every request's sampling between phases through
+    `options.sampling_policy`; `options.routes` add more routes behind the same key (the trainer's runner
+    protocol), which find the app's OpenAI API with `openai_api(app)` (`lightning_sdk.serving.openai_api`).
+    Other `/v1/...` requests go to `options.upstream` (`lightning_sdk.serving.passthrough.forward`), or get a
+    404 that ends with `options.upstream_setting`. Every route reads its body within `options.limits`.
     """
-    limits = limits or RequestLimits()
+    options = options or AppOptions()
+    limits = options.limits or RequestLimits()
     ctx = ServingContext(
         engine,
-        api_key,
-        model_name or engine.model.name,
-        default_max_tokens,
-        sampling_policy or SamplingPolicy(),
-        _tool_parser(tool_parser, engine.tokenizer),
-        roles=set(roles),
+        options.api_key,
+        options.model_name or engine.model.name,
+        options.default_max_tokens,
+        options.sampling_policy,
+        _tool_parser(options.tool_parser, engine.tokenizer),
+        roles=set(options.roles),
         limits=limits,
     )
     app = FastAPI(title="lightning-sdk", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.request_limits = limits  # read by routes installed later (`limits.read_json_body`)
     app.add_middleware(BodyLimit, limits=limits)
-    forward = passthrough_handler(ctx.authorize, upstream, upstream_setting)
+    setting = options.upstream_setting or SERVE_UPSTREAM_SETTING
+    forward = passthrough_handler(ctx.authorize, options.upstream, setting)
     install_error_handlers(app)
     install_info_routes(app, ctx)
     install_openai_routes(app, OpenAIAPI(ctx, forward))
-    for install in routes:
+    for install in options.routes:
         install(app, ctx.authorize)
     install_passthrough_route(app, forward)  # last: it takes any /v1/ path
     return app

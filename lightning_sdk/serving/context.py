@@ -28,7 +28,7 @@ from lightning_sdk.serving.chat.template import longest_token_chars, render_chat
 from lightning_sdk.serving.errors import APIError
 from lightning_sdk.serving.keys import model_key, offered_keys, offers
 from lightning_sdk.serving.limits import RequestLimits, read_json_body
-from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.options import SamplingPolicy
 from lightning_sdk.serving.tools.calls import ParsedOutput, ToolTextFilter, validate_tools
 from lightning_sdk.serving.tools.grammar import tool_grammar
 from lightning_sdk.serving.tools.parsers import HERMES, HermesParser, ToolCallParser

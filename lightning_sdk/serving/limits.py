@@ -143,7 +143,7 @@ def _declared_length(scope: _Scope) -> int | None:
 
 
 def request_limits(request: Any) -> RequestLimits:
-    """The limits of the app serving `request` (`create_app(limits=...)`); the defaults for another app."""
+    """The limits of the app serving `request` (`AppOptions.limits`); the defaults for another app."""
     limits = getattr(request.app.state, "request_limits", None)
     return limits if isinstance(limits, RequestLimits) else RequestLimits()
 

@@ -25,7 +25,7 @@ from lightning_sdk.engine.lora.folders import role_adapter_names
 from lightning_sdk.engine.types import Engine
 from lightning_sdk.serving.endpoint import LLMEndpoint
 from lightning_sdk.serving.http.background import BackgroundServer, listening_socket
-from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.options import AppOptions, SamplingPolicy
 from lightning_sdk.tracing.store import EpisodeStore
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from lightning_sdk.serving.passthrough.upstream import Upstream
     from lightning_sdk.serving.routes.installer import RouteInstaller
 
-__all__ = ["ServerHandle", "serve", "start_server"]
+__all__ = ["ServerHandle", "serve", "serve_app", "start_server"]
 
 log = logging.getLogger(__name__)
 
@@ -120,26 +120,37 @@ def start_server(
         limits: What one request may ask on every route: body size, JSON depth, sequences started
             (`lightning_sdk.serving.limits.RequestLimits`; default `RequestLimits()`).
     """
-
-    from lightning_sdk.serving.app import create_app
-    from lightning_sdk.serving.passthrough.forward import SERVE_UPSTREAM_SETTING
-
-    key = api_key or f"sk-local-{secrets.token_urlsafe(24)}"
-    app = create_app(
-        engine,
-        api_key=key,
+    options = AppOptions(
+        api_key=api_key,
         model_name=model_name,
         default_max_tokens=default_max_tokens,
-        sampling_policy=sampling_policy,
-        routes=routes,
+        sampling_policy=sampling_policy or SamplingPolicy(),
+        routes=tuple(routes),
         upstream=upstream,
-        upstream_setting=upstream_setting or SERVE_UPSTREAM_SETTING,
+        upstream_setting=upstream_setting,
         tool_parser=tool_parser,
-        roles=roles,
+        roles=tuple(roles),
         limits=limits,
     )
+    return serve_app(engine, options, host, port, owns_engine=owns_engine, startup_timeout=startup_timeout)
+
+
+def serve_app(
+    engine: Engine,
+    options: AppOptions,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    owns_engine: bool = False,
+    startup_timeout: float = 30.0,
+) -> ServerHandle:
+    """`start_server` with its app's settings as one `AppOptions` (a random key when it has none)."""
+    from lightning_sdk.serving.app import create_app
+
+    key = options.api_key or f"sk-local-{secrets.token_urlsafe(24)}"
+    options = dataclasses.replace(options, api_key=key)
     background = BackgroundServer.start(
-        app,
+        create_app(engine, options),
         host=host,
         port=port,
         name="lightning-sdk-server",
@@ -148,7 +159,7 @@ def start_server(
         timeout_graceful_shutdown=5,
         timeout_keep_alive=30,
     )
-    endpoint = LLMEndpoint(f"{background.url}/v1", key, model_name or engine.model.name)
+    endpoint = LLMEndpoint(f"{background.url}/v1", key, options.model_name or engine.model.name)
     log.info("serving %s at %s", endpoint.model, endpoint.base_url)
     return ServerHandle(endpoint, engine, owns_engine, background)
 
@@ -205,30 +216,25 @@ def serve(
     """
     from lightning_sdk.engine.factory import create_engine
 
-    upstream = _upstream(upstream, passthrough_routes)
+    options = AppOptions(
+        api_key=api_key,
+        default_max_tokens=default_max_tokens,
+        upstream=_upstream(upstream, passthrough_routes),
+        tool_parser=tool_parser,
+        roles=tuple(_roles_served(adapter, engine, engine_options)),
+        limits=limits,
+    )
     if port:  # a taken port should fail now, not after the model has loaded
         listening_socket(host, port).close()
-    roles = _roles_served(adapter, engine, engine_options)
     # Whoever opens, closes: what is opened goes on the stack as it comes up, so a failure part-way closes
     # it again, newest first; on success the handle owns it all.
     with ExitStack() as opened:
-        routes = _feedback_routes(store, reward_range, opened)
+        options = dataclasses.replace(options, routes=_feedback_routes(store, reward_range, opened))
         built = create_engine(model, engine=engine, **engine_options)
         opened.callback(built.shutdown)
         if adapter is not None:
-            _load_adapters(built, Path(adapter), roles)
-        handle = start_server(
-            built,
-            host=host,
-            port=port,
-            api_key=api_key,
-            default_max_tokens=default_max_tokens,
-            upstream=upstream,
-            tool_parser=tool_parser,
-            roles=roles,
-            routes=routes,
-            limits=limits,
-        )
+            _load_adapters(built, Path(adapter), list(options.roles))
+        handle = serve_app(built, options, host, port)
         handle._opened = opened.pop_all()  # the engine's shutdown among them: the handle owns it
     if block:
         handle.wait()
@@ -280,17 +286,17 @@ def _feedback_routes(
     store: EpisodeStore | str | os.PathLike[str] | None,
     reward_range: tuple[float, float] | None,
     opened: ExitStack,
-) -> list[RouteInstaller]:
+) -> tuple[RouteInstaller, ...]:
     """The feedback routes on `store`; a store opened here from a path is closed with `opened` (a store
     the caller passed stays the caller's to close)."""
     if store is None:
         if reward_range is not None:
             raise ValueError("reward_range applies to feedback, which needs store=...: pass both.")
-        return []
+        return ()
     from lightning_sdk.serving.routes.feedback import feedback_routes
 
     if isinstance(store, EpisodeStore):
-        return [feedback_routes(store, reward_range)]
+        return (feedback_routes(store, reward_range),)
     episodes = EpisodeStore(store)
     opened.callback(episodes.close)
-    return [feedback_routes(episodes, reward_range)]
+    return (feedback_routes(episodes, reward_range),)

@@ -61,7 +61,7 @@ class FeedbackReply(BaseModel):
 
 
 def feedback_routes(store: EpisodeStore, reward_range: tuple[float, float] | None = None) -> RouteInstaller:
-    """The installer of the feedback route on a server (`create_app(routes=[...])`), writing into `store`;
+    """The installer of the feedback route on a server (`AppOptions.routes`), writing into `store`;
     `reward_range=(low, high)` refuses rewards outside it."""
 
     def install(app: FastAPI, authorize: Authorize) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from lightning_sdk.rollouts.in_process import Rollout
-from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.options import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
 from lightning_sdk.tracing.routing import Roles, Router, compile_routes
 from lightning_sdk.training.config import TrainerConfig

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from lightning_sdk.serving.policy import SamplingPolicy
+from lightning_sdk.serving.options import SamplingPolicy
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.records.engine_log import EngineOutput
 from lightning_sdk.training.run.upstream import TRAINER_UPSTREAM_SETTING, trainer_upstream
@@ -369,22 +369,20 @@ def start_endpoint(
 ) -> ServerHandle:
     """The endpoint agents call during rollouts (and runners lease from). Its `stop()` leaves the engine
     running: the session's start owns the engine and shuts it down itself (`TrainingSession.start`)."""
-    from lightning_sdk.serving.server import start_server
+    from lightning_sdk.serving.options import AppOptions
+    from lightning_sdk.serving.server import serve_app
 
-    return start_server(
-        engine,
-        owns_engine=False,
-        sampling_policy=sampling,
-        routes=routes,
-        host=host,
-        port=port,
+    options = AppOptions(
         api_key=config.runners.key() if config.runners is not None else None,
+        sampling_policy=sampling,
+        routes=tuple(routes),
         upstream=trainer_upstream(config),
         upstream_setting=TRAINER_UPSTREAM_SETTING,
         tool_parser=config.tool_parser,
-        roles=roles.adapters if (roles := config.role_adapters()) is not None else (),
+        roles=tuple(roles.adapters) if (roles := config.role_adapters()) is not None else (),
         limits=config.request_limits,
     )
+    return serve_app(engine, options, host, port)
 
 
 def runner_protocol_for(
