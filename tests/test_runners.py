@@ -26,6 +26,7 @@ from lightning_sdk.rollouts.routes import install_rollout_routes
 from lightning_sdk.rollouts.runners import RunnerLaunch, RunnerProcesses
 from lightning_sdk.serving.keys import model_key
 from lightning_sdk.tracing.store import EpisodeStore
+from lightning_sdk.training.algorithm.staleness import version_number
 from tests.fixtures.runs import REPOSITORY, interruptible
 from tests.fixtures.tools import CHAT_ADD_STRICT
 
@@ -121,6 +122,45 @@ def test_two_runner_processes_train_like_in_process_rollouts(
         [record] = [r for r in result.history if "reward_mean" in r]
         assert record["samples"] > 0  # the runners' calls were trained on, not filtered as another server's
         assert _adapter_moved(result)
+
+
+def test_runner_processes_run_on_through_the_update(vllm_engine, tmp_path, repository_importable) -> None:
+    """max_staleness=1 with runners: their agents wait on a tool between two calls while the trainer
+    updates; a leased rollout stays leased (its calls wait at the gate), and every call knows its weights."""
+    from tests.scripts.runner_agent import solver
+
+    tasks = [{"question": f"Name a fruit, number {i}.", "calls": 2, "tool_s": 1.0} for i in range(8)]
+    run_dir = tmp_path / "run"
+    config = ls.TrainerConfig(
+        group_size=2,
+        batch_size=2,
+        max_steps=3,
+        max_staleness=1,
+        max_tokens=6,
+        learning_rate=1e-3,
+        eval_every=0,
+        save_every=0,
+        run_dir=str(run_dir),
+        progress_bar=False,
+        runners=ls.Runners(processes=2, lease_timeout_s=10),
+    )
+    result = ls.Trainer(config=config, engine=vllm_engine).fit(solver, tasks)
+
+    steps = [record for record in result.history if "reward_mean" in record]
+    assert [record["step"] for record in steps] == [1, 2, 3]
+    for record in steps:
+        assert record["episodes_failed"] == 0 and record["groups_rolled_out"] == 2
+        assert record["groups_staleness_0"] + record["groups_staleness_1"] == 2
+    with EpisodeStore(run_dir / "episodes.sqlite") as store:
+        episodes = list(store.episodes())
+    assert {episode.metadata["runner"] for episode in episodes} <= {"local-0", "local-1"}
+    trained = [episode for episode in episodes if "not_trained" not in episode.metadata]
+    assert len(trained) == 3 * 2 * 2
+    for episode in trained:  # the gateway's records name the weights that answered, in order
+        versions = [version_number(call.policy_version) for call in episode.all_calls()]
+        step = episode.metadata["step"]
+        assert len(versions) == 2 and versions == sorted(versions)
+        assert step - 2 <= versions[0] <= versions[-1] <= step - 1
 
 
 def test_a_killed_runner_loses_its_rollout_to_another(

@@ -1,7 +1,8 @@
 """An agent for the runner tests, imported by runner processes as tests.scripts.runner_agent:solver.
 
 A task with `"hang_once": <path>` makes the first runner that gets it write its process id to that file and
-hang (the test kills it); every later run of it answers normally.
+hang (the test kills it); every later run of it answers normally. `"calls": n` makes n model calls with
+`"tool_s"` seconds of waiting between them.
 """
 
 from __future__ import annotations
@@ -30,9 +31,14 @@ def solver(task: dict[str, Any]) -> str:
     episode = ls.current_episode()
     if episode is not None:  # which kind of key the agent's tools would see (4 characters, never the key)
         episode.metadata["key_kind"] = os.environ.get("OPENAI_API_KEY", "")[:4]
-    reply = openai.OpenAI().chat.completions.create(
-        model="default", messages=[{"role": "user", "content": task["question"]}], max_tokens=6
-    )
-    answer = reply.choices[0].message.content or ""
+    answer = ""
+    for turn in range(task.get("calls", 1)):  # "tool_s": a tool's wait between calls, as real agents have
+        if turn:
+            time.sleep(task.get("tool_s", 0.0))
+        question = task["question"] if not turn else f"Say more about: {answer}"
+        reply = openai.OpenAI().chat.completions.create(
+            model="default", messages=[{"role": "user", "content": question}], max_tokens=6
+        )
+        answer = reply.choices[0].message.content or ""
     length_reward(task, answer)
     return answer
