@@ -215,7 +215,7 @@ def _run_memory(args: argparse.Namespace) -> int:
 
     from lightning_sdk.engine.models.resolve import resolve_model
     from lightning_sdk.training.config import TrainerConfig
-    from lightning_sdk.training.update.memory import GIB, advice, estimate_run_memory
+    from lightning_sdk.training.update.memory import GIB, advice, estimate_run_memory, settle_auto
 
     fields: dict[str, Any] = json.loads(Path(args.config).read_text()) if args.config else {}
     config = TrainerConfig(**fields)
@@ -234,8 +234,13 @@ def _run_memory(args: argparse.Namespace) -> int:
             fits = "" if available is None else ("  fits" if memory.total <= available else "  does not fit")
             print(f"{tokens:>8} {checkpointing!s:>14}  {memory.describe()}{fits}")
     if available is not None:
+        config, chosen, recompute = settle_auto(config, model_config, on_gpu, int(available))
         memory = estimate_run_memory(config, model_config, on_gpu)
         print(f"\nthis configuration: {memory.describe()}")
+        if chosen:
+            print(f"micro_batch_tokens={config.micro_batch_tokens} ({chosen})")
+        if recompute:
+            print(recompute)
         print(advice(memory, int(available), config) or f"fits in {available / GIB:.1f} GiB")
     return 0
 

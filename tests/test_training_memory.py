@@ -1,9 +1,11 @@
 """The sizing rule against the models it sizes: parameter counts from real model objects, the adapter's size
-from peft, and the `lightning-sdk memory` command. (Its fit to measured memory is in benchmarks/.)"""
+from peft, and the `lightning-sdk memory` command; its fit to the peaks measured on CPUs
+(`benchmarks/train_memory.py`, stored in benchmarks/results/) and on an H100 (`GPU_MEASUREMENTS`)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from lightning_sdk.training.update.memory import (
     ModelShape,
     advice,
     bound_reason,
+    choose_gradient_checkpointing,
     choose_micro_batch_tokens,
     estimate_run_memory,
     estimate_step_memory,
@@ -148,7 +151,7 @@ def test_the_start_line_is_a_bound_against_this_machine_and_the_first_step_says_
     tmp_path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from lightning_sdk.engine.placement import plan_placement
-    from lightning_sdk.training.run.startup import say_step_memory, say_step_memory_used
+    from lightning_sdk.training.update.memory_report import say_step_memory, say_step_memory_used
 
     (tmp_path / "config.json").write_text(json.dumps(QWEN_1_5B))
     placement = plan_placement()
@@ -156,7 +159,8 @@ def test_the_start_line_is_a_bound_against_this_machine_and_the_first_step_says_
     caplog.set_level("INFO", logger="lightning_sdk")
     # 1.5B in float32 without checkpointing at 16384 padded tokens, the user's own setting: far over any
     # 2-core CI machine, so it warns with what to change.
-    settled = say_step_memory(ls.TrainerConfig(micro_batch_tokens=16384), tmp_path, placement)
+    own = ls.TrainerConfig(micro_batch_tokens=16384, gradient_checkpointing=False)
+    settled = say_step_memory(own, tmp_path, placement)
     [bound] = [record for record in caplog.records if "memory bound" in record.getMessage()]
     assert bound.levelname == "WARNING" and "micro_batch_tokens=16384" in bound.getMessage()
     assert "GiB available. Try:" in bound.getMessage() and settled.micro_batch_tokens == 16384
@@ -201,12 +205,91 @@ def test_the_bundled_model_with_the_default_config_starts_without_a_warning_on_1
     """What a 16 GiB laptop has left for training once the engine is up (about 12 GiB): no WARNING."""
     from lightning_sdk.engine.models.resolve import resolve_model
     from lightning_sdk.engine.placement import plan_placement
-    from lightning_sdk.training.run import startup
+    from lightning_sdk.training.update import memory_report
 
-    monkeypatch.setattr(startup, "_memory_for_training", lambda placement: 12 * GIB)
+    monkeypatch.setattr(memory_report, "_memory_for_training", lambda placement: 12 * GIB)
     caplog.set_level("INFO", logger="lightning_sdk")
-    settled = startup.say_step_memory(ls.TrainerConfig(), resolve_model(None).path, plan_placement())
+    settled = memory_report.say_step_memory(ls.TrainerConfig(), resolve_model(None).path, plan_placement())
     assert not [record for record in caplog.records if record.levelname == "WARNING"]
     [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("memory:")]
     assert f"micro_batch_tokens={settled.micro_batch_tokens} (chosen by 'auto'" in line
     assert settled.micro_batch_tokens in AUTO_BUDGETS
+
+
+def _cpu_measurements(checkpointing: bool) -> list[dict[str, object]]:
+    """The float32 passes stored by `benchmarks/train_memory.py`, with or without recomputation."""
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    rows = [
+        row for path in results.glob("train_memory_*.json") for row in json.loads(path.read_text())["rows"]
+    ]
+    return [
+        row
+        for row in rows
+        if row.get("dtype", "float32") == "float32" and row["mode"].endswith("+ckpt") == checkpointing
+    ]
+
+
+def test_the_estimate_without_recomputation_holds_within_10_percent_of_what_cpus_measured() -> None:
+    """What `gradient_checkpointing="auto"` decides by: every layer's activations kept. Measured in fresh
+    processes on real shapes (the peak's rise over the pass; the weights and the adapter's float32 copy
+    were held before it, its gradient and Adam's moments were not)."""
+    chunks = {"before": None, "chunked": 1024, "chunked-512": 512}
+    rows = _cpu_measurements(checkpointing=False)
+    assert len(rows) >= 12
+    errors = []
+    for row in rows:
+        step = estimate_step_memory(
+            ModelShape.from_config(row["model_config"]),  # type: ignore[arg-type]
+            int(row["prompt"]) + int(row["completion"]),  # type: ignore[call-overload]
+            completion_tokens=int(row["completion"]),  # type: ignore[call-overload]
+            weight_bytes=4,
+            gradient_checkpointing=False,
+            chunk_tokens=chunks[str(row["mode"])],
+        )
+        rise = step.total - step.weights - step.adapter * 4 // 16
+        errors.append(round(rise / int(row["peak_rise_bytes"]) - 1, 3))  # type: ignore[call-overload]
+    assert all(abs(error) <= 0.10 for error in errors), errors
+
+
+def test_auto_checkpointing_recomputes_only_when_the_step_would_not_fit_otherwise() -> None:
+    shape = {**QWEN["qwen2.5-7b"]}
+    config = ls.TrainerConfig()  # both "auto": decided at the smallest budget
+    assert config.gradient_checkpointing == "auto" and config.micro_batch_tokens == "auto"
+    at_smallest = ls.TrainerConfig(gradient_checkpointing=False, micro_batch_tokens=AUTO_BUDGETS[0])
+    need = estimate_run_memory(at_smallest, shape, on_gpu=True).total
+    room = int(need / (1 - AUTO_SPARE)) + 1
+    assert choose_gradient_checkpointing(config, shape, True, room) == (False, "it fits")
+    assert choose_gradient_checkpointing(config, shape, True, room - 2) == (
+        True,
+        f"{need / GIB:.1f} GiB without",
+    )
+    # A budget that was given decides instead; unknown memory keeps the device's default.
+    given = ls.TrainerConfig(micro_batch_tokens=16384)
+    assert choose_gradient_checkpointing(given, shape, True, room)[0] is True
+    assert choose_gradient_checkpointing(config, shape, True, None) == (True, "memory unknown")
+    assert choose_gradient_checkpointing(config, shape, False, None) == (False, "memory unknown")
+
+
+def test_the_start_line_says_what_auto_chose_for_checkpointing(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lightning_sdk.engine.placement import plan_placement
+    from lightning_sdk.training.update.memory_report import say_step_memory
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN_1_5B))
+    caplog.set_level("INFO", logger="lightning_sdk")
+    small = ls.TrainerConfig(max_sample_tokens=16, micro_batch_size=1, micro_batch_tokens=None)
+    settled = say_step_memory(small, tmp_path, plan_placement())
+    [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("memory:")]
+    assert settled.gradient_checkpointing is False and "; no gradient checkpointing ('auto': it fits)" in line
+    caplog.clear()
+    # A step that would not fit without recomputing: on, and how much it would need without.
+    huge = ls.TrainerConfig(max_sample_tokens=262144, micro_batch_tokens=None)
+    settled = say_step_memory(huge, tmp_path, plan_placement())
+    [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("memory")]
+    assert settled.gradient_checkpointing is True and "; gradient checkpointing ('auto': " in line
+    # An explicit setting is kept and not explained.
+    kept = say_step_memory(
+        ls.TrainerConfig(gradient_checkpointing=False, max_sample_tokens=16), tmp_path, plan_placement()
+    )
+    assert kept.gradient_checkpointing is False

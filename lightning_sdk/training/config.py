@@ -118,9 +118,11 @@ class TrainerConfig:
     in the backward pass. `None`: all at once."""
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute each layer's activations in the backward pass: the pass keeps one tensor per layer and
-    token instead of dozens, for about a third more compute. `"auto"` (the default) turns it on where the
-    policy trains on a GPU (where long agent episodes would not fit otherwise) and off on a CPU (where the
-    bundled model fits without it and compute is the bottleneck)."""
+    token instead of dozens, for about a third more compute. `"auto"` (the default) asks the sizing rule
+    when the run starts (`update/memory.py`, `choose_gradient_checkpointing`): off when a step fits the
+    memory available without recomputing, with a tenth to spare (with `micro_batch_tokens="auto"`, at its
+    smallest budget), on otherwise; the start-up line says which and why. Where the memory available is
+    unknown: on a GPU, off on a CPU."""
     attention: Literal["auto", "flex_attention", "sdpa", "eager"] = "auto"
     """transformers' attention implementation for the policy in the training pass. The pass packs each
     micro-batch into one row (each prompt once, no padding) under a mask that each of these takes: `"auto"`

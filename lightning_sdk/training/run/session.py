@@ -37,12 +37,11 @@ from lightning_sdk.training.run.startup import (
     open_records,
     runner_protocol_for,
     say_learning_rate,
-    say_step_memory,
-    say_step_memory_used,
     start_endpoint,
     start_engine,
 )
 from lightning_sdk.training.update.distributed import Distributed
+from lightning_sdk.training.update.memory_report import say_step_memory, say_step_memory_used
 
 if TYPE_CHECKING:
     import torch

@@ -48,10 +48,12 @@ __all__ = [
     "StepMemory",
     "advice",
     "bound_reason",
+    "choose_gradient_checkpointing",
     "choose_micro_batch_tokens",
     "estimate_run_memory",
     "estimate_step_memory",
     "run_tokens",
+    "settle_auto",
     "token_budget",
 ]
 
@@ -306,6 +308,52 @@ def choose_micro_batch_tokens(
     if not larger:
         return chosen, "the largest it tries"
     return chosen, f"{larger[0]} would need {needs[larger[0]] / GIB:.1f} GiB"
+
+
+def choose_gradient_checkpointing(
+    config: TrainerConfig,
+    model_config: PretrainedConfig | Mapping[str, object],
+    on_gpu: bool,
+    available: int | None,
+) -> tuple[bool, str]:
+    """`gradient_checkpointing="auto"` settled: off when a step fits `available` bytes without recomputing
+    (`estimate_run_memory` with every layer's activations kept, `AUTO_SPARE` left over), on otherwise; and
+    why, in a few words. Recomputing costs a whole extra forward pass (about a third more compute), so it is
+    worth paying only for memory. With `micro_batch_tokens="auto"` the smallest budget decides (the budget
+    is chosen after, for the setting chosen here). Unknown memory: on on a GPU, off on a CPU."""
+    from dataclasses import replace
+
+    if available is None:
+        return on_gpu, "memory unknown"
+    budget = AUTO_BUDGETS[0] if config.micro_batch_tokens == "auto" else config.micro_batch_tokens
+    without = replace(config, gradient_checkpointing=False, micro_batch_tokens=budget)
+    need = estimate_run_memory(without, model_config, on_gpu).total
+    if need <= available * (1 - AUTO_SPARE):
+        return False, "it fits"
+    return True, f"{need / GIB:.1f} GiB without"
+
+
+def settle_auto(
+    config: TrainerConfig,
+    model_config: PretrainedConfig | Mapping[str, object],
+    on_gpu: bool,
+    available: int | None,
+) -> tuple[TrainerConfig, str | None, str | None]:
+    """`config` with `gradient_checkpointing="auto"` (`choose_gradient_checkpointing`), then
+    `micro_batch_tokens="auto"` (`choose_micro_batch_tokens`, for the checkpointing chosen) settled, and
+    the words for each choice (None for a setting that was given): `"chosen by 'auto': ..."` and
+    `"[no ]gradient checkpointing ('auto': ...)"`."""
+    from dataclasses import replace
+
+    recompute = None
+    if config.gradient_checkpointing == "auto":
+        checkpointing, why = choose_gradient_checkpointing(config, model_config, on_gpu, available)
+        config = replace(config, gradient_checkpointing=checkpointing)
+        recompute = f"{'' if checkpointing else 'no '}gradient checkpointing ('auto': {why})"
+    if config.micro_batch_tokens != "auto":
+        return config, None, recompute
+    budget, why = choose_micro_batch_tokens(config, model_config, on_gpu, available)
+    return replace(config, micro_batch_tokens=budget), f"chosen by 'auto': {why}", recompute
 
 
 def bound_reason(config: TrainerConfig, tokens: int) -> str:
