@@ -3,11 +3,18 @@ padding, seconds, real tokens/s and peak memory.
 
 Needs torch, transformers and peft only (no vLLM, no Hub): the models are random weights from the
 published configs of Qwen2.5-1.5B/3B/7B-Instruct (`--models`), in bfloat16 with a rank-16 LoRA adapter on
-every projection and gradient checkpointing, as the trainer holds them on a GPU. Two workloads:
+every projection, as the trainer holds them on a GPU. Gradient checkpointing as the trainer's "auto"
+decides for the longest sample on this machine's memory (`--checkpointing on|off` forces it). Workloads:
 
 - `grpo-step`: 16 samples, two groups of 8 sharing a prompt of 512 and of 1536 tokens, completions of 64
   to 2048 tokens (about 32k real tokens, counting each sample's prompt);
+- `grpo-64`: nearer real training, 64 samples, eight groups of 8 with prompts of 1024 to 3712 tokens and
+  completions of 64 to 4096 (on a CPU: prompts of 64-288, completions of 8-256);
 - `sequence`: one sample of `--sequence-tokens` tokens, a quarter of them completion.
+
+`--profile` also runs one warm step of the packed pass with the optimizer under torch's profiler, on the
+first workload, and writes where its time goes by group (attention, LoRA, base matmuls, projection and
+loss, optimizer, the rest, host gaps: `benchmarks/step_profile.py`) to `gpu_train_profile_<gpu|cpu>.md`.
 
 Sides, each a forward and backward pass of the GRPO loss (clipped ratio, advantages +-1) over the workload:
 
@@ -20,11 +27,13 @@ Sides, each a forward and backward pass of the GRPO loss (clipped ratio, advanta
   states, micro-batches of 8 padded samples (only when `liger-kernel` is installed).
 
 On a machine without CUDA it runs a CPU mode at small shapes (2 layers of the Qwen2.5-0.5B shape, float32,
-prompts of 64 and 192 tokens, completions of 8-256, `sequence` at 512 and 1024 tokens, no checkpointing),
+prompts of 64 and 192 tokens, completions of 8-256, `sequence` at 512 and 1024 tokens),
 so the same table's tokens-run and padding columns, and seconds, show on every machine. Usage:
 
     python benchmarks/gpu_train.py                      # GPU: 1.5b 3b 7b; CPU: the small shapes
     python benchmarks/gpu_train.py --models 7b --workloads sequence --sequence-tokens 16384
+    python benchmarks/gpu_train.py --models 7b --workloads grpo-step grpo-64 --profile
+    python benchmarks/gpu_train.py --models 7b --workloads grpo-step --checkpointing on
 
 MFU (GPU only) is the FLOPs the step needs (each distinct prompt once, every completion, attention within
 each sample: `needed_flops`) per second against the GPU's dense bfloat16 peak, so padding and repeated
@@ -89,7 +98,7 @@ def one_sequence(tokens: int, vocab: int) -> list[Any]:
     return grpo_step((tokens - tokens // 4,), 1, tokens // 4, tokens // 4, vocab)
 
 
-def build_policy(shape: dict[str, Any], layers: int | None, on_gpu: bool) -> Any:
+def build_policy(shape: dict[str, Any], layers: int | None, on_gpu: bool, checkpointing: bool) -> Any:
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     from lightning_sdk.training.config import TrainerConfig
@@ -112,7 +121,7 @@ def build_policy(shape: dict[str, Any], layers: int | None, on_gpu: bool) -> Any
         file=sys.stderr,
         flush=True,
     )
-    trainer_config = TrainerConfig(gradient_checkpointing=on_gpu)
+    trainer_config = TrainerConfig(gradient_checkpointing=checkpointing)
     policy = build_lora_model(model, trainer_config)
     policy.train()
     return policy
@@ -277,17 +286,93 @@ def model_flop_utilisation(
     return round(needed_flops(samples, shape) / result["seconds"] / (peak * 1e12), 3)
 
 
+def workload_samples(workloads: list[str], sequence_tokens: list[int], vocab: int, on_gpu: bool):
+    """The samples of each workload asked for, by name."""
+    cases: list[tuple[str, list[Any]]] = []
+    if "grpo-step" in workloads:
+        prompts, shortest, longest = ((512, 1536), 64, 2048) if on_gpu else ((64, 192), 8, 256)
+        cases.append(("grpo-step", grpo_step(prompts, 8, shortest, longest, vocab)))
+    if "grpo-64" in workloads:  # nearer real training: 8 groups of 8, long prompts and completions
+        prompts = tuple(1024 + 384 * index for index in range(8)) if on_gpu else tuple(range(64, 320, 32))
+        shortest, longest = (64, 4096) if on_gpu else (8, 256)
+        cases.append(("grpo-64", grpo_step(prompts, 8, shortest, longest, vocab)))
+    if "sequence" in workloads:
+        cases += [(f"sequence {tokens}", one_sequence(tokens, vocab)) for tokens in sequence_tokens]
+    return cases
+
+
+def checkpointing_for(
+    setting: str, shape: dict[str, Any], cases: list[tuple[str, list[Any]]], budget: int, on_gpu: bool
+) -> tuple[bool, str]:
+    """`--checkpointing`: on, off, or as the trainer's `gradient_checkpointing="auto"` decides for the
+    longest sample of the workloads, on the memory this machine has (a GPU's less a tenth, as the trainer
+    counts it; a CPU's available now)."""
+    if setting != "auto":
+        return setting == "on", "forced"
+    from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.update.memory import choose_gradient_checkpointing
+
+    longest = max(len(sample) for _, samples in cases for sample in samples)
+    config = TrainerConfig(micro_batch_tokens=budget, max_sample_tokens=longest)
+    if on_gpu:
+        available: int | None = int(torch.cuda.get_device_properties(0).total_memory * 0.9)
+    else:
+        import os
+
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    on, why = choose_gradient_checkpointing(config, shape, on_gpu, available)
+    return on, f"auto: {why}"
+
+
+def write_profile(
+    policy: Any, samples: list[Any], budget: int, on_gpu: bool, shape: dict[str, Any], title: str
+) -> None:
+    """`--profile`: one warm step of the packed pass with the optimizer, under the profiler, summarized by
+    `step_profile.py` into `gpu_train_profile_<gpu|cpu>.md` and `.json`."""
+    from benchmarks.step_profile import as_markdown, profile_step, summarize
+    from lightning_sdk.training.config import TrainerConfig
+    from lightning_sdk.training.update.optim import build_optimizer
+
+    config = TrainerConfig()
+    optimizer = build_optimizer(policy, config)
+    run = ours("packed", budget)
+
+    def optimizer_step() -> None:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    run(policy, samples)  # warm: compilation, the allocator
+    optimizer_step()
+    runs = profile_step(lambda: run(policy, samples), optimizer_step, on_gpu)
+    summary = summarize(runs, on_gpu, rank=config.lora_rank, vocab=shape["vocab_size"])
+    stem = RESULTS / f"gpu_train_profile_{'gpu' if on_gpu else 'cpu'}"
+    stem.with_suffix(".json").write_text(json.dumps({"title": title, **summary}, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(as_markdown(summary, title, on_gpu))
+    print(as_markdown(summary, title, on_gpu))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     on_gpu = torch.cuda.is_available()
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=None)
-    parser.add_argument("--workloads", nargs="+", choices=["grpo-step", "sequence"], default=None)
+    parser.add_argument("--workloads", nargs="+", choices=["grpo-step", "grpo-64", "sequence"], default=None)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--sequence-tokens", nargs="+", type=int, default=None)
     parser.add_argument("--micro-batch-tokens", type=int, default=16384)
     parser.add_argument("--layers", type=int, default=None, help="keep the first N decoder layers")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument(
+        "--checkpointing",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="recompute layers in the backward pass: as the trainer's 'auto' decides (default), or forced",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile one step of the packed pass on the first workload (gpu_train_profile_*.md)",
+    )
     args = parser.parse_args()
     models = args.models or (["1.5b", "3b", "7b"] if on_gpu else ["0.5b"])
     layers = args.layers or (None if on_gpu else 2)
@@ -297,17 +382,16 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for name in models:
         shape = {**MODELS[name], "num_hidden_layers": layers or MODELS[name]["num_hidden_layers"]}
-        policy = build_policy(MODELS[name], layers, on_gpu)
+        cases = workload_samples(workloads, sequence_tokens, shape["vocab_size"], on_gpu)
+        recompute, why = checkpointing_for(args.checkpointing, shape, cases, args.micro_batch_tokens, on_gpu)
+        print(f"{name}: gradient checkpointing {'on' if recompute else 'off'} ({why})", file=sys.stderr)
+        policy = build_policy(MODELS[name], layers, on_gpu, recompute)
         attention = policy.get_base_model().config._attn_implementation
-        cases: list[tuple[str, list[Any]]] = []
-        if "grpo-step" in workloads:
-            prompts, shortest, longest = ((512, 1536), 64, 2048) if on_gpu else ((64, 192), 8, 256)
-            cases.append(("grpo-step", grpo_step(prompts, 8, shortest, longest, shape["vocab_size"])))
-        if "sequence" in workloads:
-            cases += [
-                (f"sequence {tokens}", one_sequence(tokens, shape["vocab_size"]))
-                for tokens in sequence_tokens
-            ]
+        if args.profile:
+            title = f"{name} {cases[0][0]}, packed, checkpointing {'on' if recompute else 'off'} ({why})"
+            write_profile(
+                policy, cases[0][1], args.micro_batch_tokens, on_gpu, shape, f"{title}, {device_name}"
+            )
         for workload, samples in cases:
             for side in args.sides:
                 run = {
@@ -321,6 +405,7 @@ def main() -> None:
                     "workload": workload,
                     "side": side,
                     "attention": attention,
+                    "checkpointing": recompute,
                 }
                 try:
                     row.update(measure(policy, run, samples, args.repeats))
@@ -353,31 +438,31 @@ def write(
         "date": datetime.date.today().isoformat(),
         "layers": layers,
         "dtype": "bfloat16" if on_gpu else "float32",
-        "gradient_checkpointing": on_gpu,
     }
     stem.with_suffix(".json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
     lines = [
         f"Training pass on {device_name} (torch {machine['torch']}, {machine['dtype']}, "
-        f"checkpointing {'on' if on_gpu else 'off'}, {'all' if layers is None else layers} layers), "
+        f"{'all' if layers is None else layers} layers), "
         f"{machine['date']}: `python benchmarks/gpu_train.py`",
         "",
         "Real tokens count each sample's prompt; `padding`: tokens of the pass beyond them; `repeats",
         "skipped`: prompt tokens run once instead of once per sample. Peak: GPU memory above the weights.",
         "",
-        "| model | workload | side | attention | real tokens | tokens run | padding | repeats skipped "
-        "| passes | seconds | real tok/s | peak GiB | MFU |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | workload | side | attention | checkpointing | real tokens | tokens run | padding | "
+        "repeats skipped | passes | seconds | real tok/s | peak GiB | MFU |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
         if "error" in row:
             lines.append(
-                f"| {row['model']} | {row['workload']} | {row['side']} | | {row['error']} |" + " |" * 8
+                f"| {row['model']} | {row['workload']} | {row['side']} | | | {row['error']} |" + " |" * 8
             )
             continue
         peak = "" if row["peak_gib_above_weights"] is None else row["peak_gib_above_weights"]
         mfu = "" if row["mfu"] is None else f"{row['mfu']:.0%}"
+        recompute = {True: "on", False: "off"}.get(row.get("checkpointing"), "")
         lines.append(
-            f"| {row['model']} | {row['workload']} | {row['side']} | {row['attention']} | "
+            f"| {row['model']} | {row['workload']} | {row['side']} | {row['attention']} | {recompute} | "
             f"{row['real_tokens']} | {row['tokens_run']} | {row['padding']} | "
             f"{row['prompt_repeats_skipped']} | "
             f"{row['passes']} | "
