@@ -137,7 +137,13 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         "engine_dtype": info["starts"][-1].get("engine_dtype"),
         "steps": [{**defaults, **r} for r in steps],  # every metric, for columns not yet in the table
         "held_out": [
-            {"step": r["step"], "seconds": r["time"] - started, "reward": r["val_reward"]} for r in evals
+            {
+                "step": r["step"],
+                "seconds": r["time"] - started,
+                "reward": r["val_reward"],
+                "time_eval_s": r.get("time_eval_s"),
+            }
+            for r in evals
         ],
         "wall_s": max(record["time"] for record in records) - started,
     }
@@ -148,9 +154,39 @@ def _median(values: list[Any]) -> float:
     return statistics.median(numbers) if numbers else math.nan
 
 
-def time_to(held_out: list[dict[str, Any]], target: float) -> float:
-    """Seconds until the held-out reward first reached `target` (inf when it never did)."""
-    return next((point["seconds"] for point in held_out if point["reward"] >= target), math.inf)
+def time_to(held_out: list[dict[str, Any]], target: float, clock: str = "seconds") -> float:
+    """Seconds (`clock`: "seconds" since the start, or "train_seconds" without the evaluations) until the
+    held-out reward first reached `target` (inf when it never did)."""
+    times = [point[clock] for point in held_out if point["reward"] >= target]
+    return times[0] if times else math.inf
+
+
+def with_train_clock(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The held-out points with `train_seconds`: the run's time from the start of its first step to the
+    point's step, less the evaluations in between, so the arms compare on the time their training took
+    (every arm evaluates the same points). An evaluation's own seconds are its record's `time_eval_s`;
+    runs from before that metric count from one step's end to the next step's start, which is the same
+    for step-by-step runs and NaN for overlapped ones (their gap also holds the wait for running groups,
+    which is training time)."""
+    overlapped = any(s.get("groups_in_flight") is not None for s in run["steps"])
+    steps = {s["step"]: s for s in run["steps"]}
+    first = steps[min(steps)]
+    started = first["time"] - first["time_step_s"]
+    points, evaluations = [], 0.0
+    for point in run["held_out"]:
+        step = point["step"]
+        if step == 0:
+            points.append({**point, "train_seconds": 0.0})
+            continue
+        points.append({**point, "train_seconds": steps[step]["time"] - started - evaluations})
+        if point.get("time_eval_s") is not None:
+            evaluations += point["time_eval_s"]
+        elif overlapped:
+            evaluations = math.nan
+        elif step + 1 in steps:  # the evaluation after `step` ran until the next step started
+            after = steps[step + 1]
+            evaluations += after["time"] - after["time_step_s"] - steps[step]["time"]
+    return points
 
 
 def write_table() -> None:
@@ -164,6 +200,9 @@ def write_table() -> None:
         reach = time_to(r["held_out"], target) if base else math.nan
         base_reach = time_to(base["held_out"], target) if base else math.nan
         ratio = reach / base_reach if base and math.isfinite(reach) and base_reach > 0 else math.nan
+        train = time_to(with_train_clock(r), target, "train_seconds") if base else math.nan
+        base_train = time_to(with_train_clock(base), target, "train_seconds") if base else math.nan
+        train_ratio = train / base_train if base and math.isfinite(train) and base_train > 0 else math.nan
         rollout, update = (
             _median([s["time_rollout_s"] for s in steps]),
             _median([(s["time_step_s"] or 0) - (s["time_rollout_s"] or 0) for s in steps]),
@@ -173,7 +212,7 @@ def write_table() -> None:
             f"| {r['arm']} | {r['seed']} | {_median([s['time_step_s'] for s in steps]):.1f} | "
             f"{r['wall_s'] / 60:.1f} | {_median([s['engine_busy_share'] for s in steps]):.0%} | "
             f"{r['held_out'][0]['reward']:.3f} → {r['held_out'][-1]['reward']:.3f} | "
-            f"{reach / 60:.1f} ({ratio:.2f}x) | "
+            f"{reach / 60:.1f} ({ratio:.2f}x) | {train / 60:.1f} ({train_ratio:.2f}x) | "
             f"{_median([s['staleness_mean'] for s in steps]):.2f} | "
             f"{sum(s['groups_too_old'] or 0 for s in r['steps']):.0f} | {predicted:.2f} | "
             f"{r['engine_dtype']} | {r['cpu']} | {r['date']} |"
@@ -184,12 +223,13 @@ def write_table() -> None:
         f"{STEPS} steps of {BATCH_SIZE} groups of {GROUP_SIZE}, held-out reward every {EVAL_EVERY} steps on "
         "24 tasks; each row one run). Seconds per step: the median after the first step. Time to 90%: "
         "minutes until the held-out reward first reached 90% of the paired s0 run's final one (its "
-        "ratio to s0's own time in brackets). Predicted speed-up (s0 rows): (T_rollout + T_update) / "
-        "max(T_rollout, T_update) from that run's median phases.\n\n"
+        "ratio to s0's own time in brackets), on the wall clock and on the training clock (the same "
+        "less the evaluations, which every arm runs alike). Predicted speed-up (s0 rows): "
+        "(T_rollout + T_update) / max(T_rollout, T_update) from that run's median phases.\n\n"
         "| arm | seed | s / step | total min | engine busy | held-out first → last | "
-        "min to 90% of s0 | staleness (mean) | groups too old | predicted speed-up | engine dtype | CPU | "
-        "date |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+        "min to 90% of s0 | training min to 90% | staleness (mean) | groups too old | predicted "
+        "speed-up | engine dtype | CPU | date |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )
 
 

@@ -123,6 +123,9 @@ def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path
         if f"importance_tokens_s{age}" in r
     )
     assert result.final_eval is not None and result.final_eval["episodes"] == 2
+    evaluations = [record for record in read_metrics(run_dir) if "val_reward" in record]
+    # Each evaluation's own seconds, and how long it waited for the groups in flight to finish.
+    assert evaluations and all(r["time_eval_s"] > 0 and r["time_eval_wait_s"] >= 0 for r in evaluations)
 
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
         stored = store.episodes()

@@ -391,10 +391,16 @@ class _Loop:
             return None
         session = self.session
         progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
-        with self.paused_rollouts(), session.eval_phase():
-            metrics, rollouts = evaluate_agent(
-                session, self.agent, self.val_tasks, self.val_reward, progress.episode_done
-            )
+        started = time.perf_counter()
+        with self.paused_rollouts():
+            waited = time.perf_counter() - started  # for the groups in flight to finish (max_staleness)
+            with session.eval_phase():
+                metrics, rollouts = evaluate_agent(
+                    session, self.agent, self.val_tasks, self.val_reward, progress.episode_done
+                )
+            timing = {"time_eval_s": time.perf_counter() - started - waited}
+        if self.overlapped is not None:
+            timing["time_eval_wait_s"] = waited
         progress.finish(metrics)
         session.keep_evaluation(step, rollouts)
         if self.judge is not None:
@@ -406,7 +412,7 @@ class _Loop:
             warning = near_chance(metrics)
             if warning is not None:
                 log.warning("Step %d: %s", step, warning)
-        record = {f"val_{key}": value for key, value in metrics.items()}
+        record = {**{f"val_{key}": value for key, value in metrics.items()}, **timing}
         if self.config.keep_best and is_better(metrics, self.best):
             self.best = BestAdapter(step=step, score=float(metrics[SCORE_KEY]), metrics=dict(metrics))
             best = self.best
