@@ -216,7 +216,7 @@ def test_the_bundled_model_with_the_default_config_starts_without_a_warning_on_1
     assert settled.micro_batch_tokens in AUTO_BUDGETS
 
 
-def _cpu_measurements(checkpointing: bool) -> list[dict[str, object]]:
+def _cpu_measurements(checkpointing: bool) -> list[dict]:
     """The float32 passes stored by `benchmarks/train_memory.py`, with or without recomputation."""
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     rows = [
@@ -239,15 +239,15 @@ def test_the_estimate_without_recomputation_holds_within_10_percent_of_what_cpus
     errors = []
     for row in rows:
         step = estimate_step_memory(
-            ModelShape.from_config(row["model_config"]),  # type: ignore[arg-type]
-            int(row["prompt"]) + int(row["completion"]),  # type: ignore[call-overload]
-            completion_tokens=int(row["completion"]),  # type: ignore[call-overload]
+            ModelShape.from_config(row["model_config"]),
+            int(row["prompt"]) + int(row["completion"]),
+            completion_tokens=int(row["completion"]),
             weight_bytes=4,
             gradient_checkpointing=False,
             chunk_tokens=chunks[str(row["mode"])],
         )
         rise = step.total - step.weights - step.adapter * 4 // 16
-        errors.append(round(rise / int(row["peak_rise_bytes"]) - 1, 3))  # type: ignore[call-overload]
+        errors.append(round(rise / int(row["peak_rise_bytes"]) - 1, 3))
     assert all(abs(error) <= 0.10 for error in errors), errors
 
 
