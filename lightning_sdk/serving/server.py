@@ -101,24 +101,13 @@ def start_server(
         engine: Any `Engine`.
         host: Interface to listen on; the default keeps the server private to this machine.
         port: 0 picks a free port.
-        api_key: Bearer key clients must send; a random one is generated when not given.
-        model_name: Name reported by `/v1/models` (default: the engine's model name).
-        default_max_tokens: Completion length when a request sets no `max_tokens` (default: the rest of the
-            context window, as OpenAI does).
         owns_engine: Shut the engine down in `stop()`.
         startup_timeout: Seconds to wait for the server to come up.
-        sampling_policy: Server-side sampling overrides (the trainer's rollout and evaluation settings).
-        routes: More routes behind the same key (`lightning_sdk.serving.routes.installer.RouteInstaller`).
-        upstream: Where the requests of its pass-through routes (`/v1/embeddings`, ...) go
-            (`lightning_sdk.serving.Upstream`); without one they get a 404 whose message ends with
-            `upstream_setting`.
-        upstream_setting: How the caller names an upstream (default: `serve(upstream=...)` and `--upstream`).
-        tool_parser: The tool-call format the model writes: `"hermes"` (default) or a vLLM parser name
-            (`lightning_sdk.serving.tools.parsers`).
-        roles: Roles whose adapters the engine serves (`Engine.load_adapter(..., role=...)`): a request
-            picks one with `model="<role>"` (or the `x-lightning-role` header our recording side sends).
-        limits: What one request may ask on every route: body size, JSON depth, sequences started
-            (`lightning_sdk.serving.limits.RequestLimits`; default `RequestLimits()`).
+
+    The other arguments are the app's settings, documented once as the fields of the same names of
+    `AppOptions` (`lightning_sdk.serving.options`): `api_key` (a random one when not given), `model_name`,
+    `default_max_tokens`, `sampling_policy`, `routes`, `upstream`, `upstream_setting`, `tool_parser`,
+    `roles` and `limits`. They become one `AppOptions`, handed to `serve_app`.
     """
     options = AppOptions(
         api_key=api_key,
