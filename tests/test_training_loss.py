@@ -182,25 +182,30 @@ def reference_logprobs(model, sample):
     return [logprobs[p - 1, token].item() for p, token in enumerate(sample.input_ids) if p >= start]
 
 
-def padded_samples():
+def padded_samples(temperature=0.7):
     # Two samples share a prompt, one has a shorter prompt (left padding) and a longer completion.
     return [
-        Sample([5, 6, 7], [8, 9], [1, 1], [None] * 2, [1.0] * 2, temperature=0.7),
-        Sample([11], [12, 13, 14], [1, 1, 1], [None] * 3, [1.0] * 3, temperature=0.7),
-        Sample([5, 6, 7], [20], [1], [None], [1.0], temperature=0.7),
+        Sample([5, 6, 7], [8, 9], [1, 1], [None] * 2, [1.0] * 2, temperature=temperature),
+        Sample([11], [12, 13, 14], [1, 1, 1], [None] * 3, [1.0] * 3, temperature=temperature),
+        Sample([5, 6, 7], [20], [1], [None], [1.0], temperature=temperature),
     ]
 
 
+# Temperature 1 takes the path that skips dividing the logits (`Batch.unit_temperature`).
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
 @pytest.mark.parametrize("layout", ["padded", "cached", "packed"])
-def test_token_logprobs_match_unpadded_sequences(layout):
+def test_token_logprobs_match_unpadded_sequences(layout, temperature):
     model = tiny_llama()
-    samples = padded_samples()
+    samples = padded_samples(temperature)
+    batch = collate(samples)
+    assert batch.unit_temperature == (temperature == 1.0)
     with torch.no_grad():
-        logprobs, entropy = token_logprobs(model, collate(samples), layout=layout)
+        logprobs, entropy = token_logprobs(model, batch, layout=layout)
         for row, sample in enumerate(samples):
             size = len(sample.completion_ids)
             assert logprobs[row, :size].tolist() == pytest.approx(reference_logprobs(model, sample), abs=1e-5)
-        full = torch.log_softmax(model(torch.tensor([samples[1].input_ids])).logits[0] / 0.7, dim=-1)
+        logits = model(torch.tensor([samples[1].input_ids])).logits[0]
+        full = torch.log_softmax(logits / temperature, dim=-1)
     expected_entropy = -(full.exp() * full).sum(-1)[len(samples[1].prompt_ids) - 1 : -1]
     assert entropy[1].tolist() == pytest.approx(expected_entropy.tolist(), abs=1e-4)
 

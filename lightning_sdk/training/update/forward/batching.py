@@ -50,6 +50,9 @@ class Batch:
     """`[B]` sampling temperature of each sequence."""
     staleness: torch.Tensor | None = None
     """`[B]` long, each sample's `staleness` (updates behind the weights being trained)."""
+    unit_temperature: bool = False
+    """Every sample was sampled at temperature 1: the projection skips dividing the logits by it (a pass
+    over `[tokens, vocabulary]` forward and backward; known here, on the host, without a device sync)."""
 
     @property
     def num_sequences(self) -> int:
@@ -102,6 +105,7 @@ def collate(samples: Sequence[Sample], pad_token_id: int = 0, device: torch.devi
         has_sampling_logprobs=has_sampling.to(device),
         temperatures=torch.tensor([s.temperature for s in samples], dtype=torch.float32, device=device),
         staleness=torch.tensor([s.staleness for s in samples], dtype=torch.long, device=device),
+        unit_temperature=all(s.temperature == 1.0 for s in samples),
     )
 
 

@@ -1,13 +1,13 @@
 """Per-token log-probabilities of a batch's completions under the policy, computed in chunks of tokens.
 
 The vocabulary projection is the largest tensor of a training pass: `[tokens, vocabulary]` logits in
-float32 (plus the copy that divides by the temperature), kept for the backward pass. For a 2k-token
-completion of a model with a 150k vocabulary that is over 2 GB per sequence, more than the rest of the
-pass for small models. So the decoder's last hidden states are projected `chunk_tokens` tokens at a time,
-each chunk under activation checkpointing: its logits exist only while that chunk is computed, in the
-forward pass and again in the backward pass, and the pass keeps `[tokens]` log-probabilities instead of
-`[tokens, vocabulary]` logits. The numbers are those of projecting everything at once (the same operations
-per token); the cost is a second projection of each chunk in the backward pass.
+float32 (plus the copy that divides by the temperature, when it is not 1), kept for the backward pass.
+For a 2k-token completion of a model with a 150k vocabulary that is over 2 GB per sequence, more than the
+rest of the pass for small models. So the decoder's last hidden states are projected `chunk_tokens`
+tokens at a time, each chunk under activation checkpointing: its logits exist only while that chunk is
+computed, in the forward pass and again in the backward pass, and the pass keeps `[tokens]` log-
+probabilities instead of `[tokens, vocabulary]` logits. The numbers are those of projecting everything at
+once (the same operations per token); the cost is a second projection of each chunk in the backward pass.
 
 Models whose causal-LM head does more than a linear projection (Gemma 2's logit soft-capping, Cohere's
 logit scale), and DistributedDataParallel (whose gradient hooks need the wrapper's own forward), take the
@@ -98,7 +98,7 @@ def token_logprobs(
     parts = _decoder_and_head(model)
     if parts is None or chunk_tokens is None:
         logits = _shared_prompt_logits(model, batch) if share_prompts else _full_logits(model, batch)
-        return _project(logits, batch.completion_ids, batch.temperatures, with_entropy)
+        return _project(logits, batch.completion_ids, _temperatures(batch), with_entropy)
     decoder, head = parts
     hidden = _shared_prompt_hidden(decoder, batch) if share_prompts else _full_hidden(decoder, batch)
     return _chunked(head, hidden, batch, with_entropy, chunk_tokens)
@@ -163,7 +163,7 @@ def _packed_logprobs(
     mask = (
         None if one_sequence else packed_attention_mask(row, implementation, next(model.parameters()).dtype)
     )
-    temperatures = batch.temperatures[row.rows]
+    temperatures = None if batch.unit_temperature else batch.temperatures[row.rows]
     parts = _decoder_and_head(model)
     if parts is None or chunk_tokens is None:
         # Through the model's own forward (DistributedDataParallel's hooks, heads that do more than
@@ -200,7 +200,7 @@ def _chunked_flat(
     hidden: torch.Tensor,
     predictors: torch.Tensor,
     targets: torch.Tensor,
-    temperatures: torch.Tensor,
+    temperatures: torch.Tensor | None,
     with_entropy: bool,
     chunk_tokens: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -209,9 +209,8 @@ def _chunked_flat(
     logprobs, entropies = [], []
     for start in range(0, int(predictors.shape[0]), chunk_tokens):
         piece = slice(start, start + chunk_tokens)
-        chunk, entropy = _project_chunk(
-            head, with_entropy, hidden, targets[piece], temperatures[piece], predictors[piece]
-        )
+        scale = None if temperatures is None else temperatures[piece]
+        chunk, entropy = _project_chunk(head, with_entropy, hidden, targets[piece], scale, predictors[piece])
         logprobs.append(chunk)
         entropies.append(entropy)
     return torch.cat(logprobs), torch.cat(entropies) if with_entropy else None
@@ -222,7 +221,7 @@ def _project_chunk(
     with_entropy: bool,
     hidden: torch.Tensor,
     ids: torch.Tensor,
-    temperatures: torch.Tensor,
+    temperatures: torch.Tensor | None,
     positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One chunk's log-probabilities of `ids` (and entropies, without gradient; a 0-d zero without them)
@@ -242,7 +241,7 @@ def _head_logprobs(
     with_entropy: bool,
     hidden: torch.Tensor,
     ids: torch.Tensor,
-    temperatures: torch.Tensor,
+    temperatures: torch.Tensor | None,
     positions: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden if positions is None else hidden[positions])
@@ -276,7 +275,7 @@ def _chunked(
     for start in range(0, width, step):
         columns = slice(start, start + step)
         chunk, entropy = _project_chunk(
-            head, with_entropy, hidden[:, columns], batch.completion_ids[:, columns], batch.temperatures
+            head, with_entropy, hidden[:, columns], batch.completion_ids[:, columns], _temperatures(batch)
         )
         logprobs.append(chunk)
         entropies.append(entropy)
@@ -284,24 +283,37 @@ def _chunked(
     return torch.cat(logprobs, dim=1), entropy_all
 
 
+def _temperatures(batch: Batch) -> torch.Tensor | None:
+    """The batch's temperatures, or None when every one is 1 (nothing to divide by)."""
+    return None if batch.unit_temperature else batch.temperatures
+
+
 def _project(
-    logits: torch.Tensor, ids: torch.Tensor, temperatures: torch.Tensor, with_entropy: bool
+    logits: torch.Tensor, ids: torch.Tensor, temperatures: torch.Tensor | None, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities of `ids` (`[B, L]` or flat `[N]`) under `logits` (`[..., V]`) divided by
-    `temperatures` (one per row, `[B]` or `[N]`), and the entropies of those distributions."""
-    scale = temperatures.reshape(-1, *([1] * (logits.dim() - 1)))
-    logits = logits.float() / scale
+    `temperatures` (one per row, `[B]` or `[N]`; None: all 1), and the entropies of those distributions.
+
+    Every operation here runs over the whole `[tokens, vocabulary]` chunk, so each one counts: the entropy
+    reuses the log-partition the log-probabilities computed (`H = lse - sum p x` with `p = exp(x - lse)`),
+    rather than a softmax and a second `logsumexp`."""
+    logits = logits.float()
+    if temperatures is not None:
+        logits = logits / temperatures.reshape(-1, *([1] * (logits.dim() - 1)))
     picked = torch.gather(logits, -1, ids.unsqueeze(-1)).squeeze(-1)
-    logprobs = picked - torch.logsumexp(logits, dim=-1)
+    partition = torch.logsumexp(logits, dim=-1)
+    logprobs = picked - partition
     if not with_entropy:
         return logprobs, None
     with torch.no_grad():
-        # In blocks of positions: one block's softmax at a time bounds the temporary memory.
+        # In blocks of positions: one block's probabilities at a time bound the temporary memory.
         flat = logits.detach().reshape(-1, logits.shape[-1])
+        lse = partition.detach().reshape(-1)
         blocks = []
-        for block in torch.split(flat, ENTROPY_BLOCK_TOKENS):
-            probabilities = torch.softmax(block, dim=-1)
-            blocks.append(torch.logsumexp(block, -1) - (probabilities * block).sum(-1))
+        size = ENTROPY_BLOCK_TOKENS
+        for block, block_lse in zip(torch.split(flat, size), torch.split(lse, size), strict=True):
+            probabilities = torch.exp(block - block_lse.unsqueeze(-1))
+            blocks.append(block_lse - (probabilities * block).sum(-1))
         return logprobs, torch.cat(blocks).reshape(logprobs.shape)
 
 
