@@ -189,6 +189,68 @@ def with_train_clock(run: dict[str, Any]) -> list[dict[str, Any]]:
     return points
 
 
+def _spread(values: list[float]) -> str:
+    """Mean ± sample standard deviation, and the worst (lowest) value."""
+    if not values:
+        return "-"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {sd:.3f} (worst {min(values):.3f})"
+
+
+def summary(results: list[dict[str, Any]]) -> str:
+    """Per arm over its seeds: seconds a step, minutes in all, the final held-out reward, and each seed's
+    wall time to 90% of its paired s0 run's final score as a ratio of s0's; then the written rule (docs/
+    trainer.md): an S passes when in every paired seed that ratio is at most 0.6 and its final score is no
+    more than one standard deviation (of the s0 finals) below s0's mean; the instant-tool control passes
+    when its whole run is within 10% of instant-s0's in every seed."""
+    by_arm: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in results:
+        by_arm.setdefault(r["arm"], {})[r["seed"]] = r
+    final = {arm: [runs[s]["held_out"][-1]["reward"] for s in sorted(runs)] for arm, runs in by_arm.items()}
+    s0 = final.get("s0", [])
+    floor = statistics.mean(s0) - (statistics.stdev(s0) if len(s0) > 1 else 0.0) if s0 else math.nan
+    lines = [
+        "| arm | seeds | s / step (mean) | total min (mean) | final held-out, mean ± sd (worst) | "
+        "wall time to 90% of s0, by seed | the rule |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm in sorted(by_arm):
+        runs = by_arm[arm]
+        base_arm = "instant-s0" if arm.startswith("instant") else "s0"
+        ratios = []
+        for seed, run in sorted(runs.items()):
+            base = by_arm.get(base_arm, {}).get(seed)
+            if base is None:
+                continue
+            target = 0.9 * base["held_out"][-1]["reward"]
+            ratios.append(time_to(run["held_out"], target) / time_to(base["held_out"], target))
+        if arm in ("s0", "instant-s0"):
+            verdict = "the baseline"
+        elif arm.startswith("instant"):
+            totals = [
+                runs[s]["wall_s"] / by_arm[base_arm][s]["wall_s"] for s in runs if s in by_arm[base_arm]
+            ]
+            within = all(abs(total - 1) <= 0.10 for total in totals)
+            shown = ", ".join(f"{total:.2f}x" for total in totals)
+            verdict = f"{'within' if within else 'not within'} 10% of instant-s0 ({shown})"
+        else:
+            reasons = []
+            if not (all(ratio <= 0.6 for ratio in ratios) and len(ratios) == len(runs)):
+                reasons.append("over 0.6x in a seed")
+            if not all(score >= floor for score in final[arm]):
+                reasons.append("a seed ends over one sd below s0's mean")
+            verdict = f"fails: {'; '.join(reasons)}" if reasons else "passes"
+        steps = [
+            _median([s["time_step_s"] for s in (run["steps"][1:] or run["steps"])]) for run in runs.values()
+        ]
+        lines.append(
+            f"| {arm} | {len(runs)} | {statistics.mean(steps):.1f} | "
+            f"{statistics.mean(run['wall_s'] for run in runs.values()) / 60:.1f} | {_spread(final[arm])} | "
+            f"{', '.join(f'{ratio:.2f}x' for ratio in ratios)} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def write_table() -> None:
     results = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))]
     baseline = {(r["seed"], r["arm"].startswith("instant")): r for r in results if r["arm"].endswith("s0")}
@@ -229,7 +291,8 @@ def write_table() -> None:
         "| arm | seed | s / step | total min | engine busy | held-out first → last | "
         "min to 90% of s0 | training min to 90% | staleness (mean) | groups too old | predicted "
         "speed-up | engine dtype | CPU | date |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        "## By arm, over the seeds\n\n" + summary(results)
     )
 
 
