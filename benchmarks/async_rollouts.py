@@ -170,6 +170,8 @@ def with_train_clock(run: dict[str, Any]) -> list[dict[str, Any]]:
     which is training time)."""
     overlapped = any(s.get("groups_in_flight") is not None for s in run["steps"])
     steps = {s["step"]: s for s in run["steps"]}
+    if not all("time" in step for step in steps.values()):  # stored before every metric was kept
+        return [{**point, "train_seconds": math.nan} for point in run["held_out"]]
     first = steps[min(steps)]
     started = first["time"] - first["time_step_s"]
     points, evaluations = [], 0.0

@@ -72,9 +72,12 @@ class OverlappedRollouts:
 
     def top_up(self) -> None:
         """Start groups until `capacity` are held."""
-        missing = self.capacity - self.pool.held
-        if missing > 0:
-            for task_id in self.cursor.next_indices(missing):
+        self._start(self.capacity - self.pool.held)
+
+    def _start(self, count: int) -> None:
+        """Start `count` groups of the next tasks (none for `count <= 0`)."""
+        if count > 0:
+            for task_id in self.cursor.next_indices(count):
                 self.pool.start(task_id, self.cursor.tasks[task_id])
 
     def collect(self, step: int) -> StepRollouts:
@@ -99,7 +102,9 @@ class OverlappedRollouts:
             rolled.rollouts += self._numbered(group, taken - 1, dropped=stale)  # its place in the step
             if stale:
                 too_old += 1
-                self.top_up()  # its replacement, on the current weights
+                # One replacement, on the current weights; the step's other groups are replaced in the
+                # update window as always (topping up here would start them a step early, on old weights).
+                self._start(1)
                 continue
             ages.append(age)
             rolled.groups.append(prepared)
