@@ -314,13 +314,9 @@ def checkpointing_for(
 
     longest = max(len(sample) for _, samples in cases for sample in samples)
     config = TrainerConfig(micro_batch_tokens=budget, max_sample_tokens=longest)
-    if on_gpu:
-        available: int | None = int(torch.cuda.get_device_properties(0).total_memory * 0.9)
-    else:
-        import os
+    from lightning_sdk.training.update.memory_report import memory_for_training
 
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    on, why = choose_gradient_checkpointing(config, shape, on_gpu, available)
+    on, why = choose_gradient_checkpointing(config, shape, on_gpu, memory_for_training(on_gpu))
     return on, f"auto: {why}"
 
 

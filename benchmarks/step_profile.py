@@ -75,16 +75,25 @@ def classify(name: str, shapes: Iterable[Any], rank: int, vocab: int) -> str:
     return "other device work"
 
 
+def _is_operator(event: Any) -> bool:
+    """A host-side operator (its kernels' time is credited to it), not a kernel's own row or a user
+    annotation: summing those too would count each kernel twice."""
+    on_host = str(getattr(event, "device_type", "CPU")).endswith("CPU")
+    return on_host and not getattr(event, "is_user_annotation", False)
+
+
 def _self_time_us(event: Any, on_gpu: bool) -> float:
     """An operator's own time in microseconds: its kernels' on a GPU, its CPU time on a CPU."""
-    if on_gpu:
-        return float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)))
-    return float(event.self_cpu_time_total)
+    if not on_gpu:
+        return float(event.self_cpu_time_total)
+    if hasattr(event, "self_device_time_total"):
+        return float(event.self_device_time_total)
+    return float(event.self_cuda_time_total)  # torch before 2.4
 
 
 def _own_total_us(profiled: Any, on_gpu: bool) -> float:
     """The own time of every operator of a profile (its kernels on a GPU)."""
-    return sum(_self_time_us(event, on_gpu) for event in profiled.key_averages())
+    return sum(_self_time_us(event, on_gpu) for event in profiled.key_averages() if _is_operator(event))
 
 
 def _kernel_busy_us(profiled: Any) -> float:
@@ -92,7 +101,9 @@ def _kernel_busy_us(profiled: Any) -> float:
     intervals = sorted(
         (event.time_range.start, event.time_range.end)
         for event in profiled.events()
-        if str(getattr(event, "device_type", "")).endswith("CUDA") and event.time_range.end > 0
+        if str(getattr(event, "device_type", "")).endswith("CUDA")
+        and not getattr(event, "is_user_annotation", False)
+        and event.time_range.end > 0
     )
     busy, current_start, current_end = 0.0, None, None
     for start, end in intervals:
@@ -113,7 +124,7 @@ def summarize(runs: dict[str, Any], on_gpu: bool, rank: int, vocab: int, top: in
     by_group = dict.fromkeys(GROUPS, 0.0)
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for event in profiled.key_averages(group_by_input_shape=True):
-        own = _self_time_us(event, on_gpu)
+        own = _self_time_us(event, on_gpu) if _is_operator(event) else 0.0
         if own <= 0:
             continue
         group = classify(event.key, event.input_shapes or [], rank, vocab)

@@ -73,8 +73,9 @@ class SamplingPolicy:
 
 @dataclass(frozen=True)
 class AppOptions:
-    """How an app serves its engine (`create_app`); each field is the keyword of `start_server` and
-    `serve` of the same name."""
+    """How an app serves its engine (`create_app`); each field is the keyword argument of `start_server`
+    of the same name (`serve` takes those a served model needs: `api_key`, `default_max_tokens`,
+    `upstream`, `tool_parser`, `limits`)."""
 
     api_key: str | None = None
     """Bearer key clients must send (`create_app`: None turns authentication off, for trusted local use

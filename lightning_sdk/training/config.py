@@ -122,7 +122,7 @@ class TrainerConfig:
     when the run starts (`update/memory.py`, `choose_gradient_checkpointing`): off when a step fits the
     memory available without recomputing, with a tenth to spare (with `micro_batch_tokens="auto"`, at its
     smallest budget), on otherwise; the start-up line says which and why. Where the memory available is
-    unknown: on a GPU, off on a CPU."""
+    unknown, and for `lightning-sdk sft` (which does not size its step): on a GPU, off on a CPU."""
     attention: Literal["auto", "flex_attention", "sdpa", "eager"] = "auto"
     """transformers' attention implementation for the policy in the training pass. The pass packs each
     micro-batch into one row (each prompt once, no padding) under a mask that each of these takes: `"auto"`

@@ -148,7 +148,7 @@ class TrainingSession:
                 opened.callback(engine.wake)
             loop = RunLoop()
             opened.callback(loop.close)
-            config = say_step_memory(config, engine.model.path, placement)  # settles micro_batch_tokens
+            config = say_step_memory(config, engine.model.path, placement)  # settles the "auto" settings
             policy, policy_device = build_policy(
                 engine.model.path, config, adapters, placement, distributed, output
             )

@@ -78,7 +78,8 @@ class LossOptions:
     logit_chunk_tokens: int | None = 512
     """Tokens projected to the vocabulary at once (`update/forward/logprobs.py`)."""
     by_staleness: bool = False
-    """Count the capped importance weights per sample staleness (rollouts through the update)."""
+    """Rollouts through the update: count the capped importance weights per sample staleness, and measure
+    the `mismatch_*` gap on the samples of the weights being updated (staleness 0) only."""
 
     @classmethod
     def from_config(cls, config: TrainerConfig) -> LossOptions:
@@ -175,10 +176,11 @@ def capped_by_staleness(
     whose raw importance ratio `raw` (`[B, W]`) is above `cap`, and those tokens."""
     capped_rows = ((raw > cap) & known).sum(dim=1)
     tokens_rows = known.sum(dim=1)
-    return {
+    counts = {
         int(age): (float(capped_rows[staleness == age].sum()), float(tokens_rows[staleness == age].sum()))
         for age in torch.unique(staleness).tolist()
     }
+    return {age: (capped, tokens) for age, (capped, tokens) in counts.items() if tokens}
 
 
 def token_weights(

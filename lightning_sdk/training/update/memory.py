@@ -400,7 +400,7 @@ def advice(memory: StepMemory, available: int, config: TrainerConfig) -> str | N
         return None
     changes = []
     if config.gradient_checkpointing is False:
-        changes.append("gradient_checkpointing=True (or 'auto' on a GPU)")
+        changes.append("gradient_checkpointing=True (or 'auto', which turns it on when a step needs it)")
     if memory.activations > memory.total // 4:
         changes.append(
             f"a smaller micro_batch_tokens (now {config.micro_batch_tokens}) and max_sample_tokens (now "

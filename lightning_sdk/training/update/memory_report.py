@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.training.config import TrainerConfig
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from lightning_sdk.engine.placement import Placement
     from lightning_sdk.training.update.memory import StepMemory
 
-__all__ = ["say_step_memory", "say_step_memory_used"]
+__all__ = ["memory_for_training", "say_step_memory", "say_step_memory_used"]
 
 log = logging.getLogger("lightning_sdk.training")
 
@@ -111,13 +111,18 @@ def _estimate(
 
 
 def _memory_for_training(placement: Placement) -> int | None:
-    """Bytes the policy can use. A GPU: its memory less a tenth for the CUDA context and the allocator's
-    slack (the engine sleeps while the policy trains: weights offloaded, KV cache freed). A CPU: what the
-    system reports available now, after the engine started (its memory stays while it sleeps there)."""
-    if placement.on_gpu:
+    return memory_for_training(placement.on_gpu, placement.device)
+
+
+def memory_for_training(on_gpu: bool, device: Any = 0) -> int | None:
+    """Bytes a training step can use, as the trainer counts them. A GPU (`device`): its memory less a tenth
+    for the CUDA context and the allocator's slack (the engine sleeps while the policy trains: weights
+    offloaded, KV cache freed). A CPU: what the system reports available now (after the engine started,
+    in a run: its memory stays while it sleeps there). None when the system does not say."""
+    if on_gpu:
         import torch
 
-        return int(torch.cuda.get_device_properties(placement.device).total_memory * 0.9)
+        return int(torch.cuda.get_device_properties(device).total_memory * 0.9)
     try:
         with open("/proc/meminfo") as meminfo:  # Linux: MemAvailable counts reclaimable caches too
             fields = dict(line.split(":", 1) for line in meminfo)

@@ -94,7 +94,9 @@ def train_on_samples(
     adapters in one step and advances it once, with `advance`).
 
     Returns a dict with `loss`, `grad_norm`, `learning_rate`, `clip_fraction`, `ratio_mean`,
-    `importance_ratio_mean`, `importance_ratio_max`, `importance_capped_fraction`, `kl`, `entropy`, the
+    `importance_ratio_mean`, `importance_ratio_max`, `importance_capped_fraction` (and, with
+    `max_staleness >= 1`, per staleness level `k` of the samples `importance_capped_fraction_s<k>` and
+    `importance_tokens_s<k>`), `kl`, `entropy`, the
     engine-against-trainer gap (`mismatch_tokens`, `mismatch_logratio_abs`, `mismatch_kl`,
     `mismatch_tail_share`, `mismatch_signal_removed`: `update/loss.py`),
     `trained_tokens`, `trained_sequences`, `optimizer_steps`, `skipped_updates` and
