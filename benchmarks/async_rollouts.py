@@ -142,6 +142,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
                 "seconds": r["time"] - started,
                 "reward": r["val_reward"],
                 "time_eval_s": r.get("time_eval_s"),
+                "beside_groups": "eval_groups_in_flight" in r,
             }
             for r in evals
         ],
@@ -164,7 +165,9 @@ def time_to(held_out: list[dict[str, Any]], target: float, clock: str = "seconds
 def with_train_clock(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The held-out points with `train_seconds`: the run's time from the start of its first step to the
     point's step, less the evaluations in between, so the arms compare on the time their training took
-    (every arm evaluates the same points). An evaluation's own seconds are its record's `time_eval_s`;
+    (every arm evaluates the same points). An evaluation that ran beside the groups in flight (its record
+    has `eval_groups_in_flight`) is not subtracted: the rollouts went on through it. An evaluation's own
+    seconds are its record's `time_eval_s`;
     runs from before that metric count from one step's end to the next step's start, which is the same
     for step-by-step runs and NaN for overlapped ones (their gap also holds the wait for running groups,
     which is training time)."""
@@ -181,6 +184,8 @@ def with_train_clock(run: dict[str, Any]) -> list[dict[str, Any]]:
             points.append({**point, "train_seconds": 0.0})
             continue
         points.append({**point, "train_seconds": steps[step]["time"] - started - evaluations})
+        if point.get("beside_groups"):  # the groups in flight ran on through it: not time lost to training
+            continue
         if point.get("time_eval_s") is not None:
             evaluations += point["time_eval_s"]
         elif overlapped:

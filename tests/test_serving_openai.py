@@ -11,6 +11,7 @@ import pytest
 
 import lightning_sdk as ls
 from lightning_sdk.engine.text import complete_text
+from lightning_sdk.tracing.routing import LANE_HEADER
 from tests.fixtures.greedy import assert_greedy_agrees, first_token_penalties_must_change, top_two_margins
 
 pytestmark = pytest.mark.slow
@@ -315,6 +316,31 @@ def test_sampling_policy_overrides_requests(vllm_engine) -> None:
         policy.set()  # no overrides: the request's own values again
         reply = client.chat.completions.create(
             model="anything", messages=QUESTION, max_tokens=9, temperature=0
+        )
+        assert len(reply.choices[0].token_ids) == 9 or reply.choices[0].finish_reason == "stop"
+
+        # A request that names a lane is sampled by its lane's policy whatever the default is (an
+        # evaluation beside training rollouts); a lane the server does not know gets the default.
+        policy.lanes["eval"] = SamplingPolicy(temperature=0.0, max_tokens=3)
+        laned = [
+            client.chat.completions.create(
+                model="anything",
+                messages=QUESTION,
+                temperature=1.0,
+                seed=seed,
+                max_tokens=9,
+                logprobs=True,
+                top_logprobs=2,
+                extra_headers={LANE_HEADER: "eval"},
+            ).choices[0]
+            for seed in (1, 2)
+        ]
+        assert_greedy_agrees(
+            laned[0].token_ids, laned[1].token_ids, top_two_margins(laned[0].logprobs.content)
+        )
+        assert all(len(choice.token_ids) <= 3 for choice in laned)
+        reply = client.chat.completions.create(
+            model="anything", messages=QUESTION, max_tokens=9, temperature=0, extra_headers={LANE_HEADER: "x"}
         )
         assert len(reply.choices[0].token_ids) == 9 or reply.choices[0].finish_reason == "stop"
 

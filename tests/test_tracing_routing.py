@@ -14,7 +14,7 @@ import openai
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.tracing.routing import ROLE_HEADER, Roles, Router, compile_routes, routing
+from lightning_sdk.tracing.routing import LANE_HEADER, ROLE_HEADER, Roles, Router, compile_routes, routing
 from tests.fixtures.openai_server import OpenAITestServer
 
 RUN_KEY = "sk-run-key"
@@ -185,6 +185,27 @@ def test_with_roles_each_call_names_its_role_s_adapter_to_the_endpoint(
     assert sent == ["writer", "writer", "checker", None]
     assert [call.adapter for call in episodes[0].all_calls()] == sent  # recorded as the endpoint was told
     assert [r["model"] for r in policy_server.requests] == ["gpt-4o-mini"] * 2 + ["judge", "gpt-4o-mini"]
+
+
+def test_a_router_s_lane_reaches_the_endpoint_with_every_call_it_sends_there(
+    policy_server: OpenAITestServer, hosted_client: openai.OpenAI
+) -> None:
+    inside = openai.OpenAI(base_url=policy_server.base_url, api_key=RUN_KEY, max_retries=0)
+    training = Router(policy_server.base_url, RUN_KEY, compile_routes({"judge": "keep", ".*": "policy"}))
+    training = training.in_lane("train")
+
+    @ls.trace_agent(name="agent")
+    def agent(task: str) -> str:
+        return chat(hosted_client) + chat(inside)  # an import-time client, and one already pointed at us
+
+    for router in (training, training.in_lane("eval"), training.in_lane(None)):
+        with ls.capture(), routing(router):
+            agent("hello")
+    inside.close()
+    sent = [headers.get(LANE_HEADER) for headers in policy_server.headers_seen]
+    assert sent == ["train", "train", "eval", "eval", None, None]
+    # A lane's router is the same router otherwise: one record of the keys the calls used.
+    assert training.in_lane("eval").unused_keys() == training.unused_keys() == ["judge"]
 
 
 def test_framework_agents_calls_name_their_role_s_adapter(policy_server: OpenAITestServer) -> None:

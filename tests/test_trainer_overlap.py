@@ -124,8 +124,11 @@ def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path
     )
     assert result.final_eval is not None and result.final_eval["episodes"] == 2
     evaluations = [record for record in read_metrics(run_dir) if "val_reward" in record]
-    # Each evaluation's own seconds, and how long it waited for the groups in flight to finish.
-    assert evaluations and all(r["time_eval_s"] > 0 and r["time_eval_wait_s"] >= 0 for r in evaluations)
+    # Each evaluation's own seconds; the one between steps ran beside the groups in flight (in-process
+    # agents: its calls name the evaluation's lane), so it waited for none of them to finish.
+    assert [r["step"] for r in evaluations] == [0, 2, 3] and all(r["time_eval_s"] > 0 for r in evaluations)
+    assert "eval_groups_in_flight" in evaluations[1] and "time_eval_wait_s" not in evaluations[1]
+    assert not any("eval_groups_in_flight" in r for r in (evaluations[0], evaluations[2]))
 
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
         stored = store.episodes()

@@ -84,12 +84,17 @@ class ServingContext:
     header or as its `model`. Shared by the per-request copies (`for_request`), so an owner may add to it."""
     adapter: str | None = None
     """The role whose adapter answers the request at hand (set on a per-request copy)."""
+    lane: str | None = None
+    """The sampling lane the request at hand names (`LANE_HEADER`; set on a per-request copy)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
     """What one request may ask (`lightning_sdk.serving.limits`)."""
 
-    def for_request(self, role_header: str | None, body: Any) -> ServingContext:
+    def for_request(self, role_header: str | None, body: Any, lane: str | None = None) -> ServingContext:
         """The context for one request: this one, or a copy that names the role whose adapter answers it
-        (the role header, else a `model` that is a role's name); a role this server lacks is a 400."""
+        (the role header, else a `model` that is a role's name; a role this server lacks is a 400) and the
+        sampling `lane` it names (the `LANE_HEADER` header)."""
+        if lane is not None:
+            return dataclasses.replace(self, lane=lane).for_request(role_header, body)
         if role_header is not None:
             if role_header not in self.roles:
                 served = ", ".join(sorted(self.roles)) or "none"
@@ -174,7 +179,8 @@ class ServingContext:
         max_tokens = asked if asked is not None else max(1, engine.max_model_len - prompt_len)
         if asked is None and self.default_max_tokens is not None:
             max_tokens = min(max_tokens, self.default_max_tokens)
-        params = self.policy.apply(sampling_params(request, max_tokens, top, getattr(engine, "max_n", 16)))
+        asked_params = sampling_params(request, max_tokens, top, getattr(engine, "max_n", 16))
+        params = self.policy.for_lane(self.lane).apply(asked_params)
         if self.adapter is not None:
             params = dataclasses.replace(params, adapter=self.adapter)
         try:

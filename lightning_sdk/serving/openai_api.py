@@ -24,7 +24,7 @@ from lightning_sdk.serving.messages.api import count_message_tokens, serve_messa
 from lightning_sdk.serving.passthrough.forward import Forward
 from lightning_sdk.serving.responses.api import serve_responses
 from lightning_sdk.serving.served import ApiKind, ServedCall, ServedObserver
-from lightning_sdk.tracing.routing import ROLE_HEADER
+from lightning_sdk.tracing.routing import LANE_HEADER, ROLE_HEADER
 
 if TYPE_CHECKING:
     from lightning_sdk.engine.types import Engine
@@ -53,12 +53,18 @@ class OpenAIAPI:
         self._forward = forward
 
     async def serve(
-        self, kind: ApiKind, body: Any, observe: ServedObserver | None = None, role: str | None = None
+        self,
+        kind: ApiKind,
+        body: Any,
+        observe: ServedObserver | None = None,
+        role: str | None = None,
+        lane: str | None = None,
     ) -> Any:
         """The answer to `body` (a JSON value) as `/v1` gives it: a JSON-ready dict, or a streaming response.
         `observe`, when given, is called once with what was served (for a stream, when it ends). `role`: the
-        request's role header (`lightning_sdk.tracing.routing.ROLE_HEADER`), whose adapter answers."""
-        ctx = self.ctx.for_request(role, body)
+        request's role header (`lightning_sdk.tracing.routing.ROLE_HEADER`), whose adapter answers; `lane`:
+        its lane header (`LANE_HEADER`), whose sampling policy samples it."""
+        ctx = self.ctx.for_request(role, body, lane)
         if observe is not None:
             observe = _stamped(observe, ctx.adapter, ctx.engine)
         return await _SERVE[kind](ctx, body, observe)
@@ -139,7 +145,9 @@ def install_openai_routes(app: FastAPI, api: OpenAIAPI) -> None:
 def _route(api: OpenAIAPI, kind: ApiKind) -> Callable[[Request], Awaitable[Any]]:
     async def route(request: Request) -> Any:
         body = await api.ctx.read_json(request)
-        return await until_disconnected(request, api.serve(kind, body, role=request.headers.get(ROLE_HEADER)))
+        headers = request.headers
+        answer = api.serve(kind, body, role=headers.get(ROLE_HEADER), lane=headers.get(LANE_HEADER))
+        return await until_disconnected(request, answer)
 
     return route
 

@@ -8,7 +8,9 @@ in one place, not threaded through three signatures.
 `SamplingPolicy` is server-side control of sampling while the trainer owns the endpoint. Agents often ask
 for `temperature=0` or a short `max_tokens`; RL needs the rollouts to sample from the policy at the
 temperature the loss assumes, and evaluation wants greedy decoding. The trainer sets the policy between
-phases; the app applies it to every request. With no overrides set it changes nothing.
+phases; the app applies it to every request. With no overrides set it changes nothing. A request that names
+a lane (`lightning_sdk.tracing.routing.LANE_HEADER`) is sampled by that lane's policy in `lanes` instead,
+which lets an evaluation and training rollouts share the engine at once.
 
 Light to import (no FastAPI): the serving package imports it at `import lightning_sdk`.
 """
@@ -44,6 +46,13 @@ class SamplingPolicy:
     sampling, so its rollouts must come from that distribution."""
     accept_any_model: bool = False
     """Serve requests whatever model name they ask for (agents with a hard-coded model name)."""
+    lanes: dict[str, SamplingPolicy] = field(default_factory=dict)
+    """The sampling of requests that name a lane (the trainer's `"train"` and `"eval"`); their sampling
+    fields replace this policy's, `accept_any_model` stays this policy's."""
+
+    def for_lane(self, lane: str | None) -> SamplingPolicy:
+        """The policy that samples a request of `lane` (this one for no lane, or a lane not in `lanes`)."""
+        return self.lanes.get(lane, self) if lane else self
 
     def apply(self, params: SamplingParams) -> SamplingParams:
         """The request's parameters with the overrides applied."""

@@ -21,11 +21,17 @@ adapter that answers a call sent to the policy. A key whose value is a role send
 adapter; a call sent to `"policy"` goes to the adapter of the role named like its agent, else to the
 adapter of every other agent (`Roles.others`: the base model, or one shared adapter). The request carries
 the choice to the endpoint in the `ROLE_HEADER` header, and the recorded call carries it in `adapter`.
+
+Lanes: a router may also name the lane its rollouts sample in (`LANES`: a training rollout, or an
+evaluation's), sent in the `LANE_HEADER` header with every call it sends to the policy. The trainer's
+endpoint samples each lane as its owner set it, so an evaluation (greedy) can run while training groups
+(at the training temperature) are still in flight (`TrainerConfig(max_staleness >= 1)`).
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import re
 import threading
@@ -37,9 +43,12 @@ from typing import Any, Literal, NamedTuple, get_args
 from lightning_sdk.tracing.urls import same_endpoint
 
 __all__ = [
+    "LANES",
+    "LANE_HEADER",
     "POLICY",
     "ROLE_HEADER",
     "SHARED_ROLE",
+    "Lane",
     "Roles",
     "Route",
     "RouteRule",
@@ -60,6 +69,12 @@ _AGENT_PREFIX = "agent:"
 ROLE_HEADER = "x-lightning-role"
 """The request header that names the role whose adapter answers a call on the policy's endpoint (the
 endpoint also takes the role as the request's `model`, for agents outside our recording side)."""
+Lane = Literal["train", "eval"]
+"""What a rollout's calls are sampled for: training (the policy's temperature) or an evaluation."""
+LANES: tuple[Lane, ...] = get_args(Lane)
+LANE_HEADER = "x-lightning-lane"
+"""The request header that names the lane of a call on the policy's endpoint (`Lane`); a call without it,
+or with a lane the endpoint does not know, is sampled as the endpoint's owner set the default."""
 SHARED_ROLE = "shared"
 """The adapter every agent without a role of its own shares, with `TrainerConfig(other_agents="shared")`."""
 _ROLE_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -178,12 +193,14 @@ class Router:
         api_key: The run's key, sent to that endpoint in place of the client's credentials.
         rules: `compile_routes(...)`.
         roles: The roles with their own adapters (None: one adapter answers every call).
+        lane: The lane its calls to the policy are sampled in (None: the endpoint's default).
     """
 
     base_url: str
     api_key: str = field(repr=False)
     rules: tuple[RouteRule, ...] = field(default_factory=lambda: compile_routes(None))
     roles: Roles | None = None
+    lane: Lane | None = None
     _decisions: dict[tuple[str | None, str | None], Route] = field(default_factory=dict, repr=False)
     _used: set[str] = field(default_factory=set, repr=False)
     _seen_models: set[str] = field(default_factory=set, repr=False)
@@ -192,6 +209,10 @@ class Router:
 
     def __post_init__(self) -> None:
         self.base_url = self.base_url.rstrip("/")
+
+    def in_lane(self, lane: Lane | None) -> Router:
+        """This router for rollouts of `lane`; it shares the decisions and the record of keys used."""
+        return self if lane == self.lane else dataclasses.replace(self, lane=lane)
 
     def route(self, model: str | None, agent: str | None) -> Route:
         """Where a call of `model` made by `agent` goes, and which adapter answers it there."""

@@ -40,12 +40,12 @@ def evaluate_agent(
     reward: Callable[[Any, Any], float] | None,
     on_finished: Callable[[Rollout], None] | None = None,
 ) -> tuple[dict[str, float], list[Rollout]]:
-    """Run `agent` once on each task against the session's endpoint (the caller sets greedy sampling);
+    """Run `agent` once on each task against the session's endpoint, in the evaluation's sampling lane;
     return the metrics (averaged over ranks) and this rank's rollouts.
 
     `on_finished` is called as each of this rank's episodes ends (e.g. to count them on screen).
     """
-    rollouts = session.rollouts(agent, session.my_share(tasks), 1, reward, on_finished)
+    rollouts = session.rollouts(agent, session.my_share(tasks), 1, reward, on_finished, lane="eval")
     metrics: dict[str, float] = session.distributed.mean_metrics(
         summarize_rollouts(rollouts, session.config.success_threshold)
     )

@@ -8,6 +8,9 @@ groups come from a pool that never stops:
     engine  ─ busy ──────────── │ asleep, training │ ─ busy ────────────── │ ...
     trainer ─ waits for batch_size complete groups ─ update ─ push ─ waits ...
 
+An evaluation between steps runs on the new weights beside the groups in flight (in-process agents: the
+evaluation's calls name their own sampling lane), so the agents' tools keep running through it too.
+
 Up to `(S + 1) x batch_size` groups are held (running, or complete and not yet trained on); a step trains on
 the first `batch_size` to complete. During the update the engine's gate holds every model call
 (`RequestGate`): the call waits, and the new weights answer it. The groups that replace the ones taken
@@ -21,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -34,7 +38,7 @@ from lightning_sdk.training.step_rollouts import StepRollouts
 if TYPE_CHECKING:
     from lightning_sdk.training.run.session import TrainingSession
 
-__all__ = ["OverlappedRollouts", "check_overlap_possible"]
+__all__ = ["OverlappedRollouts", "check_overlap_possible", "evaluation_alone"]
 
 log = logging.getLogger("lightning_sdk.training")
 
@@ -155,18 +159,34 @@ class OverlappedRollouts:
             engine.resume()
 
     @contextmanager
-    def paused_for_evaluation(self) -> Iterator[None]:
-        """An evaluation on the new weights alone: no group starts, the running ones finish (they are kept
-        for the next step), then the evaluation has the engine; training rollouts resume after."""
+    def evaluation_phase(self) -> Iterator[dict[str, float]]:
+        """An evaluation on the new weights (the next update waits for it). In-process agents are evaluated
+        beside the groups in flight: the evaluation's calls name its lane, so the engine samples them as
+        evaluations do (greedy) and the groups' calls at the training temperature, on the same weights.
+        Runners' calls name no lane: with runners the running groups finish first and the evaluation then
+        has the engine alone. Yields what the evaluation's record adds: the groups that ran beside it, or
+        the seconds waited for them."""
+        session = self.session
         if not self.running:  # the first evaluation, or the last: no training rollout runs
-            yield
+            with evaluation_alone(session) as added:
+                yield added
             return
+        if session.remote is None:
+            session.sample_as("eval")  # calls that name no lane: the agent's own HTTP, never trained
+            try:
+                yield {"eval_groups_in_flight": float(self.pool.in_flight)}
+            finally:
+                session.sample_as("train")
+            return
+        started = time.perf_counter()
         self.pool.wait_idle()
         self._phase.close()
         try:
-            yield
+            with evaluation_alone(session) as added:
+                added["time_eval_wait_s"] = time.perf_counter() - started
+                yield added
         finally:
-            self._phase.enter_context(self.session.rollout_phase())
+            self._phase.enter_context(session.rollout_phase())
 
     # -- the end -------------------------------------------------------------------------------------------
     def stop(self, finish_running: bool = True) -> None:
@@ -187,6 +207,14 @@ class OverlappedRollouts:
         cursor = dataclasses.replace(self.cursor, returned=list(self.cursor.returned))
         cursor.give_back(self.pool.task_ids())
         return cursor
+
+
+@contextmanager
+def evaluation_alone(session: TrainingSession) -> Iterator[dict[str, float]]:
+    """An evaluation with the engine to itself (no training rollout runs): its phase, yielding what the
+    evaluation's record adds (nothing, here)."""
+    with session.eval_phase():
+        yield {}
 
 
 def check_overlap_possible(session: TrainingSession) -> None:

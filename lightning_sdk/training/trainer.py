@@ -37,7 +37,7 @@ from lightning_sdk.training.group_rewards import (
     one_at_a_time,
 )
 from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
-from lightning_sdk.training.overlapped import OverlappedRollouts, check_overlap_possible
+from lightning_sdk.training.overlapped import OverlappedRollouts, check_overlap_possible, evaluation_alone
 from lightning_sdk.training.records.live_view import live_view
 from lightning_sdk.training.records.run_dir import make_run_dir, refuse_earlier_run, write_run_info
 from lightning_sdk.training.records.run_warnings_file import keep_warnings
@@ -352,9 +352,13 @@ class _Loop:
         it is paused and put to sleep here (their model calls wait at its gate) and woken after."""
         return self.overlapped.update_window(last) if self.overlapped is not None else nullcontext()
 
-    def paused_rollouts(self) -> AbstractContextManager[None]:
-        """No training rollout runs during an evaluation (with groups in flight, they finish first)."""
-        return self.overlapped.paused_for_evaluation() if self.overlapped is not None else nullcontext()
+    def evaluation_phase(self) -> AbstractContextManager[dict[str, float]]:
+        """The engine sampling as evaluations do, on the weights just pushed: alone step by step, beside
+        the groups in flight with `max_staleness` (`OverlappedRollouts.evaluation_phase`). Yields what the
+        evaluation's record adds."""
+        if self.overlapped is not None:
+            return self.overlapped.evaluation_phase()
+        return evaluation_alone(self.session)
 
     def checkpoint_cursor(self) -> TaskCursor:
         """The task cursor a checkpoint saves: with groups in flight, their tasks given back to it."""
@@ -392,15 +396,12 @@ class _Loop:
         session = self.session
         progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
         started = time.perf_counter()
-        with self.paused_rollouts():
-            waited = time.perf_counter() - started  # for the groups in flight to finish (max_staleness)
-            with session.eval_phase():
-                metrics, rollouts = evaluate_agent(
-                    session, self.agent, self.val_tasks, self.val_reward, progress.episode_done
-                )
-            timing = {"time_eval_s": time.perf_counter() - started - waited}
-        if self.overlapped is not None:
-            timing["time_eval_wait_s"] = waited
+        with self.evaluation_phase() as timing:
+            metrics, rollouts = evaluate_agent(
+                session, self.agent, self.val_tasks, self.val_reward, progress.episode_done
+            )
+        # The evaluation's own time, less any wait for groups in flight to finish first (with runners).
+        timing["time_eval_s"] = time.perf_counter() - started - timing.get("time_eval_wait_s", 0.0)
         progress.finish(metrics)
         session.keep_evaluation(step, rollouts)
         if self.judge is not None:

@@ -10,7 +10,8 @@ server (a client built during the rollout from the environment the trainer set, 
 key taken off, so the run's key never leaves the run.
 
 When roles have their own adapters, a request sent to the policy also carries the role whose adapter
-answers it, in the `ROLE_HEADER` header (the body is never changed).
+answers it, in the `ROLE_HEADER` header, and a router with a lane names it in `LANE_HEADER` (the body is
+never changed).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from lightning_sdk.tracing.routing import POLICY, ROLE_HEADER, Router
+from lightning_sdk.tracing.routing import LANE_HEADER, POLICY, ROLE_HEADER, Router
 
 __all__ = ["KIND_PATHS", "route_options"]
 
@@ -63,19 +64,29 @@ def route_options(
     if target == POLICY:
         if ours and getattr(client, "api_key", None) == router.api_key:
             # A client already pointed at the endpoint (built inside the rollout).
-            if adapter is not None:
-                options.headers = {**(options.headers or {}), ROLE_HEADER: adapter}
+            marks = _policy_headers(router, adapter)
+            if marks:
+                options.headers = {**(options.headers or {}), **marks}
             return options, base_url, adapter
         # Changed in place: the client builds these options afresh for every request (`post()` constructs
         # them) and `request()` copies them before its first attempt, so no one else sees the change, and a
         # copy of our own would double the cost of routing.
         options.url = router.base_url + KIND_PATHS[kind]
         headers = _routed(client, router, options.headers, omit)
-        options.headers = headers if adapter is None else {**headers, ROLE_HEADER: adapter}
+        marks = _policy_headers(router, adapter)
+        options.headers = {**headers, **marks} if marks else headers
         return options, router.base_url, adapter
     if not ours and getattr(client, "api_key", None) == router.api_key:
         options.headers = {**(options.headers or {}), "Authorization": omit(), "x-api-key": omit()}
     return options, base_url, None
+
+
+def _policy_headers(router: Router, adapter: str | None) -> dict[str, str]:
+    """What a call sent to the policy tells the endpoint: the adapter that answers, the lane it samples in."""
+    marks = {ROLE_HEADER: adapter} if adapter is not None else {}
+    if router.lane is not None:
+        marks[LANE_HEADER] = router.lane
+    return marks
 
 
 def _routed(

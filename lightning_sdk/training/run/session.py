@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.serving.options import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
-from lightning_sdk.tracing.routing import Roles, Router, compile_routes
+from lightning_sdk.tracing.routing import LANES, Lane, Roles, Router, compile_routes
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.records.engine_log import EngineOutput
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from lightning_sdk.training.records.metrics import EvaluationProgress, MetricsWriter, ProgressBar
     from lightning_sdk.training.update.distributed import PolicyModel
 
-__all__ = ["TrainingSession"]
+__all__ = ["TrainingSession", "sampling_lanes"]
 
 log = logging.getLogger("lightning_sdk.training")
 T = TypeVar("T")
@@ -138,7 +138,7 @@ class TrainingSession:
             roles = config.role_adapters()
             adapters = roles.adapters if roles is not None else None
             queue, routes, host, port = runner_protocol_for(config, distributed)
-            sampling = SamplingPolicy(accept_any_model=True)
+            sampling = SamplingPolicy(accept_any_model=True, lanes=sampling_lanes(config))
             server = start_endpoint(engine, config, sampling, routes, host, port)
             opened.callback(server.stop)
             if queue is not None:  # closed before the server stops: runners in a long poll are answered
@@ -178,6 +178,7 @@ class TrainingSession:
                     server.endpoint.api_key,
                     compile_routes(config.routes, roles),
                     roles,
+                    lane="train",  # evaluations take `in_lane("eval")`
                 ),
                 loop=loop,
                 roles=roles,
@@ -264,8 +265,10 @@ class TrainingSession:
         group_size: int,
         reward: Callable[[Any, Any], float] | None,
         on_finished: Callable[[Rollout], None] | None = None,
+        lane: Lane = "train",
     ) -> list[Rollout]:
-        """Run the agent `group_size` times on each task, here or on runners; one `Rollout` per run."""
+        """Run the agent `group_size` times on each task, here or on runners; one `Rollout` per run. Calls
+        of in-process agents name `lane`, whose sampling the endpoint applies (`sampling_lanes`)."""
         if self.remote is not None:
             from lightning_sdk.training.run.runner_episodes import fail_unknown_tokens
 
@@ -287,7 +290,7 @@ class TrainingSession:
                 timeout_s=config.episode_timeout_s,
                 reward_fn=reward,
                 on_finished=on_finished,
-                router=self.router,
+                router=self.router.in_lane(lane) if self.router is not None else None,
             )
         )
         self.warnings.unused_routes(self.config.routes, self.router)
@@ -297,22 +300,30 @@ class TrainingSession:
     @contextmanager
     def rollout_phase(self) -> Iterator[None]:
         """Engine awake, sampling at the training temperature, default openai clients pointed at it."""
-        with self._phase(self.config.temperature, self.config.top_p):
+        with self._phase("train"):
             yield
 
     @contextmanager
     def eval_phase(self) -> Iterator[None]:
         """Engine awake, greedy decoding when `eval_greedy` (else the training temperature)."""
-        greedy = self.config.eval_greedy
-        with self._phase(0.0 if greedy else self.config.temperature, 1.0 if greedy else self.config.top_p):
+        with self._phase("eval"):
             yield
 
-    @contextmanager
-    def _phase(self, temperature: float, top_p: float) -> Iterator[None]:
-        """The engine awake and sampling so, default openai clients pointed at it; asleep again after."""
+    def sample_as(self, lane: Lane) -> None:
+        """Sample the calls that name no lane (agents calling the endpoint without the openai or anthropic
+        client, runners) as `lane`'s; calls that name one keep their lane's sampling."""
+        policy = self.sampling.lanes[lane]
         self.sampling.set(
-            temperature=temperature, top_p=top_p, max_tokens=self.config.max_tokens, no_penalties=True
+            temperature=policy.temperature,
+            top_p=policy.top_p,
+            max_tokens=policy.max_tokens,
+            no_penalties=policy.no_penalties,
         )
+
+    @contextmanager
+    def _phase(self, lane: Lane) -> Iterator[None]:
+        """The engine awake, sampling as `lane`, default openai clients pointed at it; asleep again after."""
+        self.sample_as(lane)
         self.engine.wake()
         try:
             with environment(self.endpoint.env):
@@ -457,3 +468,18 @@ class TrainingSession:
         """Release what the run opened, newest first: runners, files, the loop, the server, the engine (or
         wake the caller's), the process group. Each is released even when one before it fails."""
         self._opened.close()
+
+
+def sampling_lanes(config: TrainerConfig) -> dict[str, SamplingPolicy]:
+    """How the run's endpoint samples each lane: training rollouts from the policy at the temperature the
+    loss assumes, evaluations greedily when `eval_greedy`; never with penalties, at most `max_tokens`."""
+    lanes: dict[str, SamplingPolicy] = {}
+    for lane in LANES:
+        greedy = lane == "eval" and config.eval_greedy
+        lanes[lane] = SamplingPolicy(
+            temperature=0.0 if greedy else config.temperature,
+            top_p=1.0 if greedy else config.top_p,
+            max_tokens=config.max_tokens,
+            no_penalties=True,
+        )
+    return lanes
