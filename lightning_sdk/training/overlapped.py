@@ -8,8 +8,9 @@ groups come from a pool that never stops:
     engine  ─ busy ──────────── │ asleep, training │ ─ busy ────────────── │ ...
     trainer ─ waits for batch_size complete groups ─ update ─ push ─ waits ...
 
-An evaluation between steps runs on the new weights beside the groups in flight (in-process agents: the
-evaluation's calls name their own sampling lane), so the agents' tools keep running through it too.
+An evaluation between steps, and the final one, runs on the new weights beside the groups in flight
+(in-process agents: the evaluation's calls name their own sampling lane), so the agents' tools keep
+running through it too.
 
 Up to `(S + 1) x batch_size` groups are held (running, or complete and not yet trained on); a step trains on
 the first `batch_size` to complete. During the update the engine's gate holds every model call
@@ -33,12 +34,12 @@ from lightning_sdk.rollouts.pool import CompleteGroup, GroupRun, RolloutPool
 from lightning_sdk.training.algorithm.prepare import PreparedGroup
 from lightning_sdk.training.algorithm.staleness import group_staleness, staleness_metrics
 from lightning_sdk.training.data import TaskCursor
-from lightning_sdk.training.step_rollouts import StepRollouts
+from lightning_sdk.training.step_rollouts import StepRollouts, evaluation_alone
 
 if TYPE_CHECKING:
     from lightning_sdk.training.run.session import TrainingSession
 
-__all__ = ["OverlappedRollouts", "check_overlap_possible", "evaluation_alone"]
+__all__ = ["OverlappedRollouts", "check_overlap_possible"]
 
 log = logging.getLogger("lightning_sdk.training")
 
@@ -167,7 +168,7 @@ class OverlappedRollouts:
         has the engine alone. Yields what the evaluation's record adds: the groups that ran beside it, or
         the seconds waited for them."""
         session = self.session
-        if not self.running:  # the first evaluation, or the last: no training rollout runs
+        if not self.running:  # the first evaluation: no training rollout runs yet
             with evaluation_alone(session) as added:
                 yield added
             return
@@ -180,10 +181,11 @@ class OverlappedRollouts:
             return
         started = time.perf_counter()
         self.pool.wait_idle()
+        waited = time.perf_counter() - started
         self._phase.close()
         try:
             with evaluation_alone(session) as added:
-                added["time_eval_wait_s"] = time.perf_counter() - started
+                added["time_eval_wait_s"] = waited
                 yield added
         finally:
             self._phase.enter_context(session.rollout_phase())
@@ -192,8 +194,8 @@ class OverlappedRollouts:
     def stop(self, finish_running: bool = True) -> None:
         """Give the tasks of the groups still held back to the cursor, so that a checkpoint taken now
         records them as not yet trained, and put the engine back to sleep. `finish_running`: let the running
-        groups end first (a run that ends normally: agents in threads cannot be cancelled, and would go on
-        calling the engine during the final evaluation); else cancel them (an error, Ctrl+C)."""
+        groups end first (a run that ends normally, after its final evaluation ran beside them: agents in
+        threads cannot be cancelled); else cancel them (an error, Ctrl+C)."""
         self.running = False
         if finish_running:
             self.pool.wait_idle()
@@ -207,14 +209,6 @@ class OverlappedRollouts:
         cursor = dataclasses.replace(self.cursor, returned=list(self.cursor.returned))
         cursor.give_back(self.pool.task_ids())
         return cursor
-
-
-@contextmanager
-def evaluation_alone(session: TrainingSession) -> Iterator[dict[str, float]]:
-    """An evaluation with the engine to itself (no training rollout runs): its phase, yielding what the
-    evaluation's record adds (nothing, here)."""
-    with session.eval_phase():
-        yield {}
 
 
 def check_overlap_possible(session: TrainingSession) -> None:

@@ -8,12 +8,10 @@ next rollout.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +35,7 @@ from lightning_sdk.training.group_rewards import (
     one_at_a_time,
 )
 from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
-from lightning_sdk.training.overlapped import OverlappedRollouts, check_overlap_possible, evaluation_alone
+from lightning_sdk.training.overlapped import OverlappedRollouts, check_overlap_possible
 from lightning_sdk.training.records.live_view import live_view
 from lightning_sdk.training.records.run_dir import make_run_dir, refuse_earlier_run, write_run_info
 from lightning_sdk.training.records.run_warnings_file import keep_warnings
@@ -52,12 +50,7 @@ from lightning_sdk.training.run.best_adapter import (
 from lightning_sdk.training.run.group_runs import group_run
 from lightning_sdk.training.run.session import TrainingSession
 from lightning_sdk.training.run.startup import seed_everything
-from lightning_sdk.training.step_rollouts import (
-    StepRollouts,
-    group_episodes,
-    groups_to_train,
-    rollout_metrics,
-)
+from lightning_sdk.training.step_rollouts import StepByStepRollouts, groups_to_train, rollout_metrics
 
 if TYPE_CHECKING:
     from lightning_sdk.engine.types import Engine
@@ -250,11 +243,19 @@ class _Loop:
                 "dynamic_sampling_rounds is not supported under torchrun yet (each rank would draw a "
                 "different number of extra tasks); set it to 0 or train in one process."
             )
-        self.overlapped = None
+        # Where each step's groups come from; the loop below is the same for both.
+        self.overlapped: OverlappedRollouts | None = None
+        self.rollouts: OverlappedRollouts | StepByStepRollouts
         if config.max_staleness:  # rollouts that run on through the update
             check_overlap_possible(session)
             run_group = group_run(session, self.agent, self.reward)
-            self.overlapped = OverlappedRollouts(session, self.cursor, run_group, self.prepare_task)
+            self.rollouts = self.overlapped = OverlappedRollouts(
+                session, self.cursor, run_group, self.prepare_task
+            )
+        else:
+            self.rollouts = StepByStepRollouts(
+                session, self.cursor, self.agent, self.reward, self.prepare_task
+            )
 
     def run(self) -> FitResult:
         session, config = self.session, self.config
@@ -263,8 +264,8 @@ class _Loop:
             self.result.initial_eval = self.evaluate(step=0)
         progress = session.progress(self.start_step)
         started, last_step = time.perf_counter(), self.start_step
-        if self.overlapped is not None:
-            self.overlapped.start()
+        if self.start_step < config.max_steps:  # (a finished run resumed only evaluates)
+            self.rollouts.start()
         try:
             for step in range(self.start_step + 1, config.max_steps + 1):
                 record = self.train_step(step)
@@ -273,16 +274,16 @@ class _Loop:
                 if step == config.max_steps or self.out_of_time(started):
                     break  # the final checkpoint and evaluation below cover this step
                 if config.save_every and step % config.save_every == 0:
-                    session.save_checkpoint(step, self.checkpoint_cursor())
+                    session.save_checkpoint(step, self.rollouts.cursor_with_held_tasks())
                 if config.eval_every and step % config.eval_every == 0:
                     self.evaluate(step)
-        finally:
-            if self.overlapped is not None:  # the groups still held are not trained: their tasks go back
-                self.overlapped.stop(finish_running=sys.exc_info()[0] is None)
-        progress.close()
-        if last_step > self.start_step:
-            session.save_checkpoint(last_step, self.checkpoint_cursor())
-        self.result.final_eval = self.evaluate(last_step)
+            progress.close()
+            if last_step > self.start_step:
+                session.save_checkpoint(last_step, self.rollouts.cursor_with_held_tasks())
+            # With max_staleness, beside the groups still running: they end meanwhile, untrained.
+            self.result.final_eval = self.evaluate(last_step)
+        finally:  # groups still held (max_staleness) are not trained: their tasks go back to the cursor
+            self.rollouts.stop(finish_running=sys.exc_info()[0] is None)
         self.result.last_adapter_path = session.save_final_adapter()
         self.hand_back_best(last_step)
         self.result.history = session.metrics.history if session.metrics is not None else []  # rank 0 only
@@ -302,7 +303,7 @@ class _Loop:
         groups, train on the samples of those with a signal, push the new weights, and log the step."""
         session, config = self.session, self.config
         started, gate_before = time.perf_counter(), session.gate_counts()
-        rolled = self.collect(step)
+        rolled = self.rollouts.collect(step)
         rollout_s = time.perf_counter() - started
         for problem in self.diagnostics.new_problems([group.episodes for group in rolled.groups]):
             log.warning("Step %d: %s", step, problem)
@@ -312,7 +313,7 @@ class _Loop:
             if config.dynamic_sampling_rounds
             else rolled.groups
         )
-        with self.update_window(last=step == config.max_steps):
+        with self.rollouts.update_window(last=step == config.max_steps):
             prepared = samples_from_groups(trained, config)
             if self.overlapped is not None:  # samples may be older than the weights the step updates
                 stamp_sample_staleness(prepared.samples, trained, current_version=step - 1)
@@ -338,51 +339,6 @@ class _Loop:
         stats.update(session.keep_episodes(step, rolled.rollouts))
         return session.log(step, stats)
 
-    def collect(self, step: int) -> StepRollouts:
-        """The step's groups: its own batch, rolled out now (`max_staleness=0`), or the first to complete
-        of the groups in flight (`OverlappedRollouts`)."""
-        if self.overlapped is not None:
-            return self.overlapped.collect(step)
-        tasks = self.session.my_share(self.cursor.next_batch())
-        with self.session.rollout_phase():
-            return self.rollout_groups(tasks)
-
-    def update_window(self, last: bool) -> AbstractContextManager[None]:
-        """The update and the weight push. Step by step the engine sleeps already; with groups in flight
-        it is paused and put to sleep here (their model calls wait at its gate) and woken after."""
-        return self.overlapped.update_window(last) if self.overlapped is not None else nullcontext()
-
-    def evaluation_phase(self) -> AbstractContextManager[dict[str, float]]:
-        """The engine sampling as evaluations do, on the weights just pushed: alone step by step, beside
-        the groups in flight with `max_staleness` (`OverlappedRollouts.evaluation_phase`). Yields what the
-        evaluation's record adds."""
-        if self.overlapped is not None:
-            return self.overlapped.evaluation_phase()
-        return evaluation_alone(self.session)
-
-    def checkpoint_cursor(self) -> TaskCursor:
-        """The task cursor a checkpoint saves: with groups in flight, their tasks given back to it."""
-        return self.overlapped.cursor_with_held_tasks() if self.overlapped is not None else self.cursor
-
-    def rollout_groups(self, tasks: list[Any]) -> StepRollouts:
-        """The step's rollouts and their groups (one per task), each prepared once as it arrives. With
-        `dynamic_sampling_rounds`, further rounds of fresh tasks run while fewer than `len(tasks)` groups
-        carry a learning signal."""
-        session, config = self.session, self.config
-        rolled = StepRollouts()
-        for round_index in range(config.dynamic_sampling_rounds + 1):
-            if round_index and rolled.groups_with_signal >= len(tasks):
-                break
-            rolled.rounds += 1
-            batch = tasks if round_index == 0 else session.my_share(self.cursor.next_batch())
-            new = session.rollouts(self.agent, batch, config.group_size, self.reward)
-            # Later rounds' groups follow the first round's, so task_index stays unique within the step.
-            offset = len(rolled.groups)
-            rolled.rollouts += [dataclasses.replace(r, task_index=r.task_index + offset) for r in new]
-            groups = group_episodes(new, len(batch))
-            rolled.groups += [self.prepare_task(task, episodes) for task, episodes in zip(batch, groups)]
-        return rolled
-
     def prepare_task(self, task: Any, episodes: list[Episode]) -> PreparedGroup:
         """The group reward (when there is one), error policy, call selection, credit and advantages of
         one task's group: once per group and step."""
@@ -396,7 +352,7 @@ class _Loop:
         session = self.session
         progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
         started = time.perf_counter()
-        with self.evaluation_phase() as timing:
+        with self.rollouts.evaluation_phase() as timing:
             metrics, rollouts = evaluate_agent(
                 session, self.agent, self.val_tasks, self.val_reward, progress.episode_done
             )

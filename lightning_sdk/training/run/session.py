@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from lightning_sdk.rollouts.in_process import Rollout
 from lightning_sdk.serving.options import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
-from lightning_sdk.tracing.routing import LANES, Lane, Roles, Router, compile_routes
+from lightning_sdk.tracing.routing import Lane, Roles, Router, compile_routes
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.records.engine_log import EngineOutput
@@ -36,6 +36,7 @@ from lightning_sdk.training.run.startup import (
     open_metrics,
     open_records,
     runner_protocol_for,
+    sampling_lanes,
     say_learning_rate,
     start_endpoint,
     start_engine,
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from lightning_sdk.training.records.metrics import EvaluationProgress, MetricsWriter, ProgressBar
     from lightning_sdk.training.update.distributed import PolicyModel
 
-__all__ = ["TrainingSession", "sampling_lanes"]
+__all__ = ["TrainingSession"]
 
 log = logging.getLogger("lightning_sdk.training")
 T = TypeVar("T")
@@ -468,18 +469,3 @@ class TrainingSession:
         """Release what the run opened, newest first: runners, files, the loop, the server, the engine (or
         wake the caller's), the process group. Each is released even when one before it fails."""
         self._opened.close()
-
-
-def sampling_lanes(config: TrainerConfig) -> dict[str, SamplingPolicy]:
-    """How the run's endpoint samples each lane: training rollouts from the policy at the temperature the
-    loss assumes, evaluations greedily when `eval_greedy`; never with penalties, at most `max_tokens`."""
-    lanes: dict[str, SamplingPolicy] = {}
-    for lane in LANES:
-        greedy = lane == "eval" and config.eval_greedy
-        lanes[lane] = SamplingPolicy(
-            temperature=0.0 if greedy else config.temperature,
-            top_p=1.0 if greedy else config.top_p,
-            max_tokens=config.max_tokens,
-            no_penalties=True,
-        )
-    return lanes

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from lightning_sdk.serving.options import SamplingPolicy
+from lightning_sdk.tracing.routing import LANES
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.records.engine_log import EngineOutput
 from lightning_sdk.training.run.upstream import TRAINER_UPSTREAM_SETTING, trainer_upstream
@@ -39,6 +40,7 @@ __all__ = [
     "open_metrics",
     "open_records",
     "runner_protocol_for",
+    "sampling_lanes",
     "say_learning_rate",
     "seed_everything",
     "start_endpoint",
@@ -347,3 +349,18 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def sampling_lanes(config: TrainerConfig) -> dict[str, SamplingPolicy]:
+    """How the run's endpoint samples each lane: training rollouts from the policy at the temperature the
+    loss assumes, evaluations greedily when `eval_greedy`; never with penalties, at most `max_tokens`."""
+    lanes: dict[str, SamplingPolicy] = {}
+    for lane in LANES:
+        greedy = lane == "eval" and config.eval_greedy
+        lanes[lane] = SamplingPolicy(
+            temperature=0.0 if greedy else config.temperature,
+            top_p=1.0 if greedy else config.top_p,
+            max_tokens=config.max_tokens,
+            no_penalties=True,
+        )
+    return lanes
