@@ -322,6 +322,7 @@ def test_sampling_policy_overrides_requests(vllm_engine) -> None:
         # A request that names a lane is sampled by its lane's policy whatever the default is (an
         # evaluation beside training rollouts); a lane the server does not know gets the default.
         policy.lanes["eval"] = SamplingPolicy(temperature=0.0, max_tokens=3)
+        policy.set(temperature=1.0, max_tokens=7)
         laned = [
             client.chat.completions.create(
                 model="anything",
@@ -339,6 +340,7 @@ def test_sampling_policy_overrides_requests(vllm_engine) -> None:
             laned[0].token_ids, laned[1].token_ids, top_two_margins(laned[0].logprobs.content)
         )
         assert all(len(choice.token_ids) <= 3 for choice in laned)
+        policy.set()
         reply = client.chat.completions.create(
             model="anything", messages=QUESTION, max_tokens=9, temperature=0, extra_headers={LANE_HEADER: "x"}
         )

@@ -198,14 +198,19 @@ def test_a_router_s_lane_reaches_the_endpoint_with_every_call_it_sends_there(
     def agent(task: str) -> str:
         return chat(hosted_client) + chat(inside)  # an import-time client, and one already pointed at us
 
+    @ls.trace_agent(name="judge")
+    def judge(task: str) -> str:  # a model the map keeps, asked through the client built for the endpoint
+        return chat(inside, model="judge")
+
     for router in (training, training.in_lane("eval"), training.in_lane(None)):
         with ls.capture(), routing(router):
             agent("hello")
+            judge("hello")  # recorded under the endpoint's URL, so it names the lane too
     inside.close()
     sent = [headers.get(LANE_HEADER) for headers in policy_server.headers_seen]
-    assert sent == ["train", "train", "eval", "eval", None, None]
+    assert sent == ["train"] * 3 + ["eval"] * 3 + [None] * 3
     # A lane's router is the same router otherwise: one record of the keys the calls used.
-    assert training.in_lane("eval").unused_keys() == training.unused_keys() == ["judge"]
+    assert training.in_lane("eval").models_seen() == training.models_seen() == ["gpt-4o-mini", "judge"]
 
 
 def test_framework_agents_calls_name_their_role_s_adapter(policy_server: OpenAITestServer) -> None:

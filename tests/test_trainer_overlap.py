@@ -19,6 +19,7 @@ import pytest
 import lightning_sdk as ls
 from lightning_sdk.tracing.context import collect_into
 from lightning_sdk.tracing.episode import Episode
+from lightning_sdk.tracing.routing import current_router
 from lightning_sdk.training.records.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -38,8 +39,14 @@ def length_reward(task: dict[str, Any], answer: str) -> float:
     return len(answer) / 40
 
 
+LANES_SEEN: list[tuple[int, str | None]] = []
+"""(task id, the sampling lane its rollout's calls named), as the agent saw it."""
+
+
 @ls.trace_agent(name="tool_user")
 def tool_user(task: dict[str, Any]) -> str:
+    router = current_router()
+    LANES_SEEN.append((task["id"], router.lane if router is not None else None))
     first = ask(task["question"])
     time.sleep(0.2 + 0.3 * (task["id"] % 3))  # the tool: the agent's own time, not the model's
     answer = ask(f"Say more about: {first}")
@@ -100,7 +107,9 @@ def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path
         run_dir=str(run_dir),
         progress_bar=False,
     )
-    result = ls.Trainer(config=config, engine=vllm_engine).fit(tool_user, TASKS, val_dataset=TASKS[:2])
+    held_out = [{**task, "id": 100 + task["id"]} for task in TASKS[:2]]
+    LANES_SEEN.clear()
+    result = ls.Trainer(config=config, engine=vllm_engine).fit(tool_user, TASKS, val_dataset=held_out)
 
     steps = [record for record in read_metrics(run_dir) if "reward_mean" in record]
     assert [record["step"] for record in steps] == [1, 2, 3]
@@ -124,11 +133,16 @@ def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path
     )
     assert result.final_eval is not None and result.final_eval["episodes"] == 2
     evaluations = [record for record in read_metrics(run_dir) if "val_reward" in record]
-    # Each evaluation's own seconds; the one between steps ran beside the groups in flight (in-process
-    # agents: its calls name the evaluation's lane), so it waited for none of them to finish.
+    # Each evaluation's own seconds; the one between steps and the final one ran beside the groups in
+    # flight (in-process agents: their calls name the evaluation's lane), waiting for none to finish.
     assert [r["step"] for r in evaluations] == [0, 2, 3] and all(r["time_eval_s"] > 0 for r in evaluations)
-    assert "eval_groups_in_flight" in evaluations[1] and "time_eval_wait_s" not in evaluations[1]
-    assert not any("eval_groups_in_flight" in r for r in (evaluations[0], evaluations[2]))
+    assert "eval_groups_in_flight" not in evaluations[0]  # before the first step: nothing runs yet
+    assert all("eval_groups_in_flight" in r and "time_eval_wait_s" not in r for r in evaluations[1:])
+    # Each rollout's calls named its lane, which the endpoint samples by (tests/test_serving_openai.py):
+    # the held-out tasks' the evaluation's, the training tasks' the training temperature's.
+    assert {lane for task_id, lane in LANES_SEEN if task_id >= 100} == {"eval"}
+    assert {lane for task_id, lane in LANES_SEEN if task_id < 100} == {"train"}
+    assert sum(task_id >= 100 for task_id, _ in LANES_SEEN) == 3 * 2
 
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
         stored = store.episodes()

@@ -18,6 +18,7 @@ Light to import (no FastAPI): the serving package imports it at `import lightnin
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,16 +55,22 @@ class SamplingPolicy:
         """The policy that samples a request of `lane` (this one for no lane, or a lane not in `lanes`)."""
         return self.lanes.get(lane, self) if lane else self
 
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """`set` runs in the owner's thread while requests are served: a request sees one setting whole."""
+
     def apply(self, params: SamplingParams) -> SamplingParams:
         """The request's parameters with the overrides applied."""
+        with self._lock:
+            temperature, top_p, max_tokens = self.temperature, self.top_p, self.max_tokens
+            no_penalties = self.no_penalties
         changes: dict[str, Any] = {}
-        if self.temperature is not None:
-            changes["temperature"] = self.temperature
-        if self.top_p is not None:
-            changes["top_p"] = self.top_p
-        if self.max_tokens is not None and params.max_tokens > self.max_tokens:
-            changes["max_tokens"] = self.max_tokens
-        if self.no_penalties and params.penalised:
+        if temperature is not None:
+            changes["temperature"] = temperature
+        if top_p is not None:
+            changes["top_p"] = top_p
+        if max_tokens is not None and params.max_tokens > max_tokens:
+            changes["max_tokens"] = max_tokens
+        if no_penalties and params.penalised:
             changes.update(presence_penalty=0.0, frequency_penalty=0.0)
         return dataclasses.replace(params, **changes) if changes else params
 
@@ -76,8 +83,9 @@ class SamplingPolicy:
         no_penalties: bool = False,
     ) -> None:
         """Replace the sampling overrides (fields not given are cleared)."""
-        self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
-        self.no_penalties = no_penalties
+        with self._lock:
+            self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
+            self.no_penalties = no_penalties
 
 
 @dataclass(frozen=True)

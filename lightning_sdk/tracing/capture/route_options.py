@@ -76,7 +76,12 @@ def route_options(
         marks = _policy_headers(router, adapter)
         options.headers = {**headers, **marks} if marks else headers
         return options, router.base_url, adapter
-    if not ours and getattr(client, "api_key", None) == router.api_key:
+    if ours:
+        # Kept, but on the endpoint anyway (a client built in the rollout, a model the map keeps): recorded
+        # under the endpoint's URL, so maybe trained, so sampled in the rollout's lane like the rest.
+        if router.lane is not None:
+            options.headers = {**(options.headers or {}), LANE_HEADER: router.lane}
+    elif getattr(client, "api_key", None) == router.api_key:
         options.headers = {**(options.headers or {}), "Authorization": omit(), "x-api-key": omit()}
     return options, base_url, None
 
