@@ -9,6 +9,9 @@ arms train the same number of steps on the same tasks, seeds paired:
     s1, s2     max_staleness=1 and 2
     s1-nocap   max_staleness=1 without the truncated importance weight (importance_sampling_cap=None)
     instant-s0, instant-s1   the same with an instant tool: the control, where the gain should vanish
+    s1-same-time   max_staleness=1 for as long as the paired s0 run trained (its wall time less its
+                   final evaluation; up to 4x the steps): what the time saved buys. Not one of the
+                   written rule's arms, which train the same number of steps; run it after s0.
 
     python benchmarks/async_rollouts.py --arms s0 s1 --seeds 0          # one pair
     python benchmarks/async_rollouts.py                                  # every arm, seeds 0 1 2
@@ -50,6 +53,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "s1-nocap": {"max_staleness": 1, "importance_sampling_cap": None},
     "instant-s0": {"max_staleness": 0, "instant_tool": True},
     "instant-s1": {"max_staleness": 1, "instant_tool": True},
+    "s1-same-time": {"max_staleness": 1, "same_time_as": "s0"},
 }
 STEPS, GROUP_SIZE, BATCH_SIZE, EVAL_EVERY = 16, 8, 4, 4
 
@@ -109,10 +113,17 @@ def train_one(arm: str, seed: int, run_dir: Path) -> None:
 
     settings = dict(ARMS[arm])
     instant = settings.pop("instant_tool", False)
+    steps = STEPS
+    timed_by = settings.pop("same_time_as", None)
+    if timed_by is not None:  # the clock ends the run, not the step count
+        settings["max_time_s"] = training_seconds(
+            json.loads((RESULTS / f"{timed_by}-seed{seed}.json").read_text())
+        )
+        steps = 4 * STEPS
     config = ls.TrainerConfig(
         group_size=GROUP_SIZE,
         batch_size=BATCH_SIZE,
-        max_steps=STEPS,
+        max_steps=steps,
         learning_rate=1e-4,
         eval_every=EVAL_EVERY,
         save_every=0,
@@ -124,6 +135,13 @@ def train_one(arm: str, seed: int, run_dir: Path) -> None:
     agent = build_agent(instant, seed)
     train_tasks, held_out = make_tasks(1000 + seed, 64), make_tasks(2000 + seed, 24)
     ls.Trainer(config=config).fit(agent, train_tasks, val_dataset=held_out)
+
+
+def training_seconds(run: dict[str, Any]) -> float:
+    """How long a stored run's loop ran: from its first evaluation's end to its last step's end, i.e. its
+    wall time less the final evaluation (runs from before `time_eval_s` was kept count 20 s for it)."""
+    final = run["held_out"][-1].get("time_eval_s")
+    return float(run["wall_s"] - (final if final is not None else 20.0))
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -233,6 +251,8 @@ def summary(results: list[dict[str, Any]]) -> str:
             ratios.append(time_to(run["held_out"], target) / time_to(base["held_out"], target))
         if arm in ("s0", "instant-s0"):
             verdict = "the baseline"
+        elif arm == "s1-same-time":
+            verdict = "equal wall time (outside the rule, which trains the same steps)"
         elif arm.startswith("instant"):
             totals = [
                 runs[s]["wall_s"] / by_arm[base_arm][s]["wall_s"] for s in runs if s in by_arm[base_arm]
@@ -278,7 +298,8 @@ def write_table() -> None:
         )
         predicted = (rollout + update) / max(rollout, update) if r["arm"].endswith("s0") else math.nan
         rows.append(
-            f"| {r['arm']} | {r['seed']} | {_median([s['time_step_s'] for s in steps]):.1f} | "
+            f"| {r['arm']} | {r['seed']} | {len(r['steps'])} | "
+            f"{_median([s['time_step_s'] for s in steps]):.1f} | "
             f"{r['wall_s'] / 60:.1f} | {_median([s['engine_busy_share'] for s in steps]):.0%} | "
             f"{r['held_out'][0]['reward']:.3f} → {r['held_out'][-1]['reward']:.3f} | "
             f"{reach / 60:.1f} ({ratio:.2f}x) | {train / 60:.1f} ({train_ratio:.2f}x) | "
@@ -289,16 +310,17 @@ def write_table() -> None:
     TABLE.write_text(
         "# Rollouts that run on through the update, by max_staleness\n\n"
         "Written by `python benchmarks/async_rollouts.py` (the docstring names the agent and the arms; "
-        f"{STEPS} steps of {BATCH_SIZE} groups of {GROUP_SIZE}, held-out reward every {EVAL_EVERY} steps on "
+        f"{STEPS} steps (s1-same-time: s0's time) of {BATCH_SIZE} groups of {GROUP_SIZE}, held-out reward "
+        f"every {EVAL_EVERY} steps on "
         "24 tasks; each row one run). Seconds per step: the median after the first step. Time to 90%: "
         "minutes until the held-out reward first reached 90% of the paired s0 run's final one (its "
         "ratio to s0's own time in brackets), on the wall clock and on the training clock (the same "
         "less the evaluations, which every arm runs alike). Predicted speed-up (s0 rows): "
         "(T_rollout + T_update) / max(T_rollout, T_update) from that run's median phases.\n\n"
-        "| arm | seed | s / step | total min | engine busy | held-out first → last | "
+        "| arm | seed | steps | s / step | total min | engine busy | held-out first → last | "
         "min to 90% of s0 | training min to 90% | staleness (mean) | groups too old | predicted "
         "speed-up | engine dtype | CPU | date |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
         "## By arm, over the seeds\n\n" + summary(results)
     )
 
