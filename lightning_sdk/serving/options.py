@@ -51,6 +51,16 @@ class SamplingPolicy:
     """The sampling of requests that name a lane (the trainer's `"train"` and `"eval"`); their sampling
     fields replace this policy's, `accept_any_model` stays this policy's."""
 
+    def use_lane(self, lane: str) -> None:
+        """Sample requests that name no lane as `lane`'s requests (`set` with that lane's sampling)."""
+        chosen = self.lanes[lane]
+        self.set(
+            temperature=chosen.temperature,
+            top_p=chosen.top_p,
+            max_tokens=chosen.max_tokens,
+            no_penalties=chosen.no_penalties,
+        )
+
     def for_lane(self, lane: str | None) -> SamplingPolicy:
         """The policy that samples a request of `lane` (this one for no lane, or a lane not in `lanes`)."""
         return self.lanes.get(lane, self) if lane else self

@@ -313,13 +313,7 @@ class TrainingSession:
     def sample_as(self, lane: Lane) -> None:
         """Sample the calls that name no lane (agents calling the endpoint without the openai or anthropic
         client, runners) as `lane`'s; calls that name one keep their lane's sampling."""
-        policy = self.sampling.lanes[lane]
-        self.sampling.set(
-            temperature=policy.temperature,
-            top_p=policy.top_p,
-            max_tokens=policy.max_tokens,
-            no_penalties=policy.no_penalties,
-        )
+        self.sampling.use_lane(lane)
 
     @contextmanager
     def _phase(self, lane: Lane) -> Iterator[None]:
