@@ -18,9 +18,10 @@ arms train the same number of steps on the same tasks, seeds paired:
 
 Each run is a process of its own (one engine per process). Results: one JSON per run under
 benchmarks/results/async_rollouts/, and benchmarks/results/async_rollouts.md (rewritten from every JSON
-there): wall time per step and in total, the engine's busy share, held-out reward against wall-clock time,
-time to 90% of the paired s0 run's final held-out reward, staleness, and the predicted speed-up
-(T_rollout + T_update) / max(T_rollout, T_update) from the s0 run's own phases.
+there that ran this protocol; the 16-step runs on 24 held-out tasks are in async_rollouts/16-steps/ and
+async_rollouts-16-steps.md): wall time per step and in total, the engine's busy share, held-out reward
+against wall-clock time, time to 90% of the paired s0 run's final held-out reward, staleness, and the
+predicted speed-up (T_rollout + T_update) / max(T_rollout, T_update) from the s0 run's own phases.
 """
 
 from __future__ import annotations
@@ -55,7 +56,11 @@ ARMS: dict[str, dict[str, Any]] = {
     "instant-s1": {"max_staleness": 1, "instant_tool": True},
     "s1-same-time": {"max_staleness": 1, "same_time_as": "s0"},
 }
-STEPS, GROUP_SIZE, BATCH_SIZE, EVAL_EVERY = 16, 8, 4, 4
+# 32 steps: by 16 the held-out reward was still climbing steeply in every arm (0.25-0.31 at step 12,
+# 0.33-0.38 at 16), so an arm whose samples lag a step or two was judged mid-climb; by 32 it levels off
+# (S=1 for S=0's time: 0.35-0.40 from step 24). 96 held-out tasks: on 24 a greedy score moved in steps of
+# 0.021, more than the spread of S=0's three finals (0.012) that the rule's floor is made of.
+STEPS, GROUP_SIZE, BATCH_SIZE, EVAL_EVERY, HELD_OUT = 32, 8, 4, 4, 96
 
 
 def make_tasks(seed: int, count: int) -> list[dict[str, Any]]:
@@ -133,7 +138,7 @@ def train_one(arm: str, seed: int, run_dir: Path) -> None:
         **settings,
     )
     agent = build_agent(instant, seed)
-    train_tasks, held_out = make_tasks(1000 + seed, 64), make_tasks(2000 + seed, 24)
+    train_tasks, held_out = make_tasks(1000 + seed, 64), make_tasks(2000 + seed, HELD_OUT)
     ls.Trainer(config=config).fit(agent, train_tasks, val_dataset=held_out)
 
 
@@ -279,7 +284,9 @@ def summary(results: list[dict[str, Any]]) -> str:
 
 
 def write_table() -> None:
-    results = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))]
+    protocol = {"steps": STEPS, "batch_size": BATCH_SIZE, "held_out": HELD_OUT}
+    stored = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))]
+    results = [r for r in stored if r.get("protocol") == protocol]  # runs of another length elsewhere
     baseline = {(r["seed"], r["arm"].startswith("instant")): r for r in results if r["arm"].endswith("s0")}
     rows = []
     for r in sorted(results, key=lambda r: (r["arm"], r["seed"])):
@@ -311,12 +318,12 @@ def write_table() -> None:
         "# Rollouts that run on through the update, by max_staleness\n\n"
         "Written by `python benchmarks/async_rollouts.py` (the docstring names the agent and the arms; "
         f"{STEPS} steps (s1-same-time: s0's time) of {BATCH_SIZE} groups of {GROUP_SIZE}, held-out reward "
-        f"every {EVAL_EVERY} steps on "
-        "24 tasks; each row one run). Seconds per step: the median after the first step. Time to 90%: "
-        "minutes until the held-out reward first reached 90% of the paired s0 run's final one (its "
-        "ratio to s0's own time in brackets), on the wall clock and on the training clock (the same "
-        "less the evaluations, which every arm runs alike). Predicted speed-up (s0 rows): "
-        "(T_rollout + T_update) / max(T_rollout, T_update) from that run's median phases.\n\n"
+        f"every {EVAL_EVERY} steps on {HELD_OUT} tasks; each row one run). Seconds per step: the median "
+        "after the first step. Time to 90%: minutes until the held-out reward first reached 90% of the "
+        "paired s0 run's final one (its ratio to s0's own time in brackets), on the wall clock and on "
+        "the training clock (the same less the evaluations, which every arm runs alike). Predicted "
+        "speed-up (s0 rows): (T_rollout + T_update) / max(T_rollout, T_update) from that run's median "
+        "phases.\n\n"
         "| arm | seed | steps | s / step | total min | engine busy | held-out first → last | "
         "min to 90% of s0 | training min to 90% | staleness (mean) | groups too old | predicted "
         "speed-up | engine dtype | CPU | date |\n"
@@ -350,6 +357,7 @@ def main() -> None:
             result = {
                 "arm": arm,
                 "seed": seed,
+                "protocol": {"steps": STEPS, "batch_size": BATCH_SIZE, "held_out": HELD_OUT},
                 **read_run(run_dir),
                 "process_s": time.time() - started,
                 "cpu": cpu(),
