@@ -125,6 +125,9 @@ def train_one(arm: str, seed: int, run_dir: Path) -> None:
             json.loads((RESULTS / f"{timed_by}-seed{seed}.json").read_text())
         )
         steps = 4 * STEPS
+    # Every episode held runs at once ((S + 1) x batch x group, 32 for S=0, the default): with fewer slots
+    # the later groups would queue behind the earlier ones' tool waits (docs/trainer.md says to raise it).
+    settings.setdefault("max_concurrency", (settings["max_staleness"] + 1) * BATCH_SIZE * GROUP_SIZE)
     config = ls.TrainerConfig(
         group_size=GROUP_SIZE,
         batch_size=BATCH_SIZE,
