@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 
@@ -75,6 +76,27 @@ def test_a_close_that_times_out_reopens_the_gate_and_says_why() -> None:
         gate.close(timeout_s=0.1)
     assert gate.is_open
     gate.leave()
+
+
+def test_a_close_interrupted_by_ctrl_c_opens_the_gate_again() -> None:
+    """Ctrl+C while the trainer waits for running calls must not leave every later call held for good."""
+    gate = RequestGate()
+    gate.enter_blocking()  # a call that never finishes
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(KeyboardInterrupt):
+            gate.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert gate.is_open
+    gate.enter_blocking()  # a new call is admitted at once, not held
+    assert gate.in_flight == 2
 
 
 def test_a_held_call_whose_caller_gave_up_leaves_nothing_behind() -> None:

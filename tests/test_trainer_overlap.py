@@ -222,6 +222,9 @@ def test_a_group_too_old_to_train_is_stored_and_replaced_so_every_step_trains_a_
     with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
         left_out = [e for e in store.episodes() if "not_trained" in e.metadata]
     assert len(left_out) == 2 and all(len(e.calls) > 1 for e in left_out)
+    for call in (call for episode in left_out for call in episode.all_calls()):  # the explorer reads these
+        assert call.metadata["trained"] is False and call.metadata["untrained_reason"] == "too_old"
+        assert "advantage" not in call.metadata
 
 
 def seeded_agent() -> Any:

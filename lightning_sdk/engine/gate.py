@@ -85,7 +85,12 @@ class RequestGate:
         with self._lock:
             self._open = False
             self._closes += 1
-            if not self._lock.wait_for(lambda: self._in_flight == 0, timeout_s):
+            try:
+                finished = self._lock.wait_for(lambda: self._in_flight == 0, timeout_s)
+            except BaseException:  # Ctrl+C while waiting: nobody would open it again
+                self._open_locked()
+                raise
+            if not finished:
                 self._open_locked()
                 raise TimeoutError(
                     f"{self._in_flight} model calls were still running after {timeout_s:g} s; the engine was "

@@ -31,7 +31,7 @@ from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from lightning_sdk.rollouts.pool import CompleteGroup, GroupRun, RolloutPool
-from lightning_sdk.training.algorithm.prepare import PreparedGroup
+from lightning_sdk.training.algorithm.prepare import PreparedGroup, mark_group_untrained
 from lightning_sdk.training.algorithm.staleness import group_staleness, staleness_metrics
 from lightning_sdk.training.data import TaskCursor
 from lightning_sdk.training.step_rollouts import StepRollouts, evaluation_alone
@@ -107,6 +107,7 @@ class OverlappedRollouts:
             rolled.rollouts += self._numbered(group, taken - 1, dropped=stale)  # its place in the step
             if stale:
                 too_old += 1
+                mark_group_untrained(prepared, "too_old")  # its calls must not read as trained
                 # One replacement, on the current weights; the step's other groups are replaced in the
                 # update window as always (topping up here would start them a step early, on old weights).
                 self._start(1)
@@ -149,15 +150,17 @@ class OverlappedRollouts:
         `last` step: nothing would train them)."""
         engine: Any = self.session.engine  # `pause`/`resume` are `EngineBase`'s (checked when the run starts)
         engine.pause()
-        if not last:
-            self.top_up()
-        self.running_at_update = self.pool.in_flight
-        engine.sleep()
-        try:
+        try:  # whatever fails from here on (Ctrl+C included), the gate opens again: held calls never hang
+            if not last:
+                self.top_up()
+            self.running_at_update = self.pool.in_flight
+            engine.sleep()
             yield
         finally:
-            engine.wake()
-            engine.resume()
+            try:
+                engine.wake()
+            finally:
+                engine.resume()
 
     @contextmanager
     def evaluation_phase(self) -> Iterator[dict[str, float]]:

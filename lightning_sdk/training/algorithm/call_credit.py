@@ -29,8 +29,9 @@ class CallCredit(TypedDict, total=False):
     trained: bool
     """Whether the call's tokens were in the update's samples."""
     untrained_reason: str
-    """Why not: a `select_trainable_calls` reason, `episode_dropped`, `credit_none`, or the group's skip
-    reason (`no_spread`, `too_few_episodes`)."""
+    """Why not: a `select_trainable_calls` reason, `episode_dropped`, `credit_none`, the group's skip
+    reason (`no_spread`, `too_few_episodes`), or `too_old` (sampled more than `max_staleness` updates
+    before the step that took it)."""
     episode_advantage: float
     """Under `credit="step"`: the episode part of `advantage`."""
     step_advantage: float

@@ -37,6 +37,7 @@ __all__ = [
     "apply_error_policy",
     "episode_failed",
     "group_has_signal",
+    "mark_group_untrained",
     "prepare_group",
     "prepare_samples",
     "record_call_credit",
@@ -244,6 +245,24 @@ def record_call_credit(group: PreparedGroup, rule: object, left_out: Mapping[str
             episode.metadata[EPISODE_ADVANTAGE_KEY] = parts.episode_advantages[index]
         elif trained:
             episode.metadata[EPISODE_ADVANTAGE_KEY] = math.fsum(trained) / len(trained)
+
+
+def mark_group_untrained(group: PreparedGroup, reason: str) -> None:
+    """Undo what `record_call_credit` wrote as trained, for a prepared group the update leaves out after
+    all (too old under `max_staleness`): every call says `trained=False` and why, and keeps the reward
+    credit gave it but no advantage, which never entered a loss."""
+    for episode in group.episodes:
+        episode.metadata.pop(EPISODE_ADVANTAGE_KEY, None)
+        for call in episode.all_calls():
+            for key in (
+                "advantage",
+                "episode_advantage",
+                "step_advantage",
+                "step_group_size",
+                "step_estimate",
+            ):
+                call.metadata.pop(key, None)
+            call.metadata.update(trained=False, untrained_reason=reason)
 
 
 def group_has_signal(
