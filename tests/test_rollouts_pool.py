@@ -68,3 +68,40 @@ def test_a_group_whose_run_raises_raises_in_the_trainer_and_close_cancels_the_re
     pool.close()
     assert pool.held == 0 and pool.task_ids() == []
     loop.close()
+
+
+def test_the_time_an_update_holds_calls_is_not_counted_against_an_episodes_time_limit() -> None:
+    """With rollouts running on through the update, the trainer closes the engine's gate for it; an episode
+    that ran 2 s, 1.5 s of them while the gate was closed, is within a 1 s limit, and one that ran 4 s is
+    not (the limit moved by the 1.5 s, no more)."""
+    import asyncio
+    import threading
+
+    from lightning_sdk.engine.gate import RequestGate
+
+    gate = RequestGate()
+
+    def update() -> None:  # the trainer's side: the gate is closed for an update of 1.5 s
+        time.sleep(0.1)
+        gate.close()
+        time.sleep(1.5)
+        gate.open()
+
+    async def episodes() -> list[Any]:
+        with (
+            EpisodeRunner(waits_on_a_tool, timeout_s=1.0, paused_s=gate.closed_seconds) as paused,
+            EpisodeRunner(waits_on_a_tool, timeout_s=1.0) as unpaused,
+        ):
+            threading.Thread(target=update, daemon=True).start()
+            return await asyncio.gather(
+                paused.run({"name": "through the update", "seconds": 2.0}, 0, 0),
+                paused.run({"name": "hangs", "seconds": 4.0}, 0, 1),
+                unpaused.run({"name": "no pause clock", "seconds": 2.0}, 0, 2),
+            )
+
+    started = time.perf_counter()
+    through, hangs, unpaused = asyncio.run(episodes())
+    assert not through.timed_out and through.episode.output == "through the update"
+    assert hangs.timed_out and unpaused.timed_out
+    assert time.perf_counter() - started < 3.9  # `hangs` was stopped at 1 s plus the pause, not at its end
+    assert 1.4 < gate.closed_seconds() < 2.5

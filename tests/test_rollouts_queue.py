@@ -87,6 +87,21 @@ def test_a_hanging_agent_loses_its_lease_even_while_renewing(clock) -> None:
     assert queue.lease("b").attempt == 2
 
 
+def test_the_time_an_update_held_calls_moves_the_episode_limit_and_renewals_say_so(clock) -> None:
+    paused = Clock()  # seconds the trainer held model calls for its updates
+    paused.now = 3.0
+    queue, _ = open_queue(clock, paused_s=paused)
+    lease = queue.lease("a")
+    assert lease.paused_s == 3.0  # the runner's own limit starts from the same clock
+    for now in range(5, 150, 5):
+        clock.now = now
+        paused.now = 3.0 + min(now, 40)  # updates held calls for 40 s of the episode
+        queue.renew("r0", lease.lease_id)
+    assert queue.lease("b") is None  # at 145 s: past 110 s, but 40 s of it were the updates'
+    clock.now = 151  # past the limit (100 s) plus the lease timeout plus the pauses
+    assert queue.lease("b").attempt == 2
+
+
 def test_after_max_attempts_the_rollout_fails_with_the_reasons(clock) -> None:
     queue, ids = open_queue(clock, max_attempts=2)
     queue.lease("a")

@@ -633,6 +633,22 @@ def test_when_training_is_over_runners_stop_and_every_request_is_told(protocol_s
     assert outcome.failure == "the training run ended"
 
 
+def test_leases_and_renewals_carry_the_trainers_clock_of_time_held_for_updates(protocol_server) -> None:
+    """A runner's own episode limit leaves out the time the trainer held calls for updates, as the queue's
+    does: it reads that clock from its lease and then from every renewal."""
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    http = httpx.Client(base_url=root, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    held = [12.5]
+    queue.paused_s = lambda: held[0]
+    [rollout_id] = queue.submit([RolloutSpec("clock", {"question": "What is 2 + 2?"})])
+    lease = http.post("/v1/rollouts/lease", json={"runner": "curl", "wait_s": 1}).json()
+    assert lease["paused_s"] == 12.5
+    held[0] = 20.0  # an update held calls for 7.5 s more
+    renewed = http.post(f"/v1/rollouts/{rollout_id}/renew", json={"lease_id": lease["lease_id"]})
+    assert renewed.status_code == 200 and renewed.json()["paused_s"] == 20.0
+
+
 def test_a_runner_routes_an_agent_whose_client_was_built_before_it_started(
     protocol_server, openai_server
 ) -> None:

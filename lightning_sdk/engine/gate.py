@@ -33,6 +33,8 @@ class RequestGate:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._busy_s = 0.0
         self._busy_since: float | None = None
+        self._closed_s = 0.0
+        self._closed_since: float | None = None
 
     # -- the requests' side ---------------------------------------------------------------------------------
     async def enter(self) -> None:
@@ -83,6 +85,8 @@ class RequestGate:
         Raises `TimeoutError` (and opens the gate again) when they have not finished within `timeout_s`.
         """
         with self._lock:
+            if self._open:
+                self._closed_since = time.perf_counter()
             self._open = False
             self._closes += 1
             try:
@@ -103,6 +107,9 @@ class RequestGate:
             self._open_locked()
 
     def _open_locked(self) -> None:
+        if self._closed_since is not None:
+            self._closed_s += time.perf_counter() - self._closed_since
+            self._closed_since = None
         self._open = True
         waiters, self._waiters = self._waiters, []
         self._lock.notify_all()
@@ -135,6 +142,13 @@ class RequestGate:
     def closes(self) -> int:
         """Times the gate was closed since it was made."""
         return self._closes
+
+    def closed_seconds(self) -> float:
+        """Seconds so far during which the gate was closed: the time a call could have been held. Episode
+        time limits leave it out (`rollouts.in_process.run_episode`): the update's time is not the agent's."""
+        with self._lock:
+            closed = 0.0 if self._closed_since is None else time.perf_counter() - self._closed_since
+            return self._closed_s + closed
 
     def busy_seconds(self) -> float:
         """Seconds so far during which at least one request was in flight."""

@@ -2,18 +2,21 @@
 
 Async agents run on the event loop; sync agents run in worker threads that carry the context (so
 their LLM calls land in their own episode). Each run has a timeout; a failed or timed-out run still
-yields an `Episode` with its error, so one bad episode never stops a training step.
+yields an `Episode` with its error, so one bad episode never stops a training step. While rollouts run on
+through the update, the time the trainer held model calls for it (a `paused_s` clock) does not count
+against that timeout: an agent is not failed for the trainer's update.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import math
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +25,15 @@ from lightning_sdk.tracing.context import collect_into
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.routing import Router, routing
 
-__all__ = ["EpisodeRunner", "Rollout", "agent_accepts_llm", "call_agent", "run_episode", "run_rollouts"]
+__all__ = [
+    "EpisodeRunner",
+    "Rollout",
+    "agent_accepts_llm",
+    "call_agent",
+    "run_episode",
+    "run_rollouts",
+    "within_time",
+]
 
 
 @dataclass
@@ -118,9 +129,10 @@ class EpisodeRunner:
         reward_fn: Callable[[Any, Any], float] | None = None,
         router: Router | None = None,
         on_finished: Callable[[Rollout], None] | None = None,
+        paused_s: Callable[[], float] | None = None,
     ) -> None:
         self.agent, self.timeout_s, self.reward_fn, self.router = agent, timeout_s, reward_fn, router
-        self.on_finished = on_finished
+        self.on_finished, self.paused_s = on_finished, paused_s
         self.kwargs = {"llm": llm} if llm is not None and agent_accepts_llm(agent) else {}
         self.semaphore = asyncio.Semaphore(max_concurrency)
         self.executor = ThreadPoolExecutor(max_concurrency, thread_name_prefix="lightning-rollout")
@@ -129,7 +141,14 @@ class EpisodeRunner:
         """One run of the agent on `task`, once a slot is free."""
         async with self.semaphore:
             rollout = await run_episode(
-                self.agent, task, self.kwargs, self.executor, self.timeout_s, self.reward_fn, self.router
+                self.agent,
+                task,
+                self.kwargs,
+                self.executor,
+                self.timeout_s,
+                self.reward_fn,
+                self.router,
+                self.paused_s,
             )
         rollout.task_index, rollout.sample_index = task_index, sample_index
         if self.on_finished is not None:
@@ -159,10 +178,13 @@ async def run_episode(
     timeout_s: float,
     reward_fn: Callable[[Any, Any], float] | None,
     router: Router | None = None,
+    paused_s: Callable[[], float] | None = None,
 ) -> Rollout:
     """Run `agent(task, **kwargs)` once with a timeout and return its recorded episode (a synthetic one
     holding the error when it produced none). Used by in-process rollouts and by runners alike; the
-    agent's model calls go where `router` sends them (and its tasks and threads carry it)."""
+    agent's model calls go where `router` sends them (and its tasks and threads carry it). `paused_s`:
+    a clock of the seconds the trainer has held model calls for its updates; the time it advances during
+    the episode is added to `timeout_s`."""
     sink: list[Episode] = []
     started = time.time()
     output: Any = None
@@ -170,7 +192,7 @@ async def run_episode(
     timed_out = False
     with collect_into(sink), routing(router):
         try:
-            output = await asyncio.wait_for(call_agent(agent, task, kwargs, executor), timeout_s)
+            output = await within_time(call_agent(agent, task, kwargs, executor), timeout_s, paused_s)
         except TimeoutError as exc:
             timed_out, error = True, exc
         except Exception as exc:  # noqa: BLE001 - recorded on the episode by @trace_agent; kept for untraced agents
@@ -183,6 +205,31 @@ async def run_episode(
     if reward_fn is not None and episode.error is None and episode.reward is None:
         score_with_reward_fn(episode, reward_fn, task, output)
     return Rollout(task_index=-1, sample_index=-1, episode=episode, timed_out=timed_out)
+
+
+async def within_time(
+    awaitable: Awaitable[Any], timeout_s: float, paused_s: Callable[[], float] | None = None
+) -> Any:
+    """`awaitable`'s result, or `TimeoutError` (it is cancelled) once it ran `timeout_s` seconds, not
+    counting what the `paused_s` clock advanced meanwhile."""
+    if paused_s is None:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(awaitable)
+    started, paused_before = loop.time(), paused_s()
+    try:
+        while True:  # the limit moves on while the trainer holds calls: look again when it would pass
+            left = timeout_s + (paused_s() - paused_before) - (loop.time() - started)
+            if left <= 0:
+                raise TimeoutError
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+    finally:
+        if not task.done():  # timed out, or this episode was cancelled: the agent's work stops too
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def _episode_without_record(

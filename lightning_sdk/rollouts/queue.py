@@ -82,6 +82,8 @@ class _Entry:
     finish_by: float = 0.0
     serving: int = 0
     """Requests under the current lease the server is answering now (`RolloutQueue.begin_serving`)."""
+    paused_at_grant: float = 0.0
+    """The queue's `paused_s` clock when the current lease was granted."""
     outcome: Outcome | None = None
     finished_lease: str | None = None
     history: list[str] = field(default_factory=list)
@@ -100,6 +102,9 @@ class RolloutQueue:
             agent hangs.
         max_attempts: Leases a rollout may get before it counts as failed.
         clock: Monotonic seconds (tests pass their own).
+        paused_s: Seconds the trainer has held model calls for its updates (the engine's gate), on the
+            same scale as `clock`: the episode time limit of a lease leaves them out, and leases and
+            renewals tell runners, whose own limit does the same. None: never paused.
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class RolloutQueue:
         episode_timeout_s: float = 300.0,
         max_attempts: int = 3,
         clock: Callable[[], float] = time.monotonic,
+        paused_s: Callable[[], float] | None = None,
     ) -> None:
         if lease_timeout_s <= 0 or episode_timeout_s <= 0 or max_attempts < 1:
             raise ValueError("lease_timeout_s and episode_timeout_s must be > 0 and max_attempts >= 1.")
@@ -115,6 +121,7 @@ class RolloutQueue:
         self.episode_timeout_s = episode_timeout_s
         self.max_attempts = max_attempts
         self._clock = clock
+        self.paused_s: Callable[[], float] = paused_s if paused_s is not None else _never_paused
         self._entries: dict[str, _Entry] = {}
         self._pending: deque[str] = deque()
         self._changed = threading.Condition()
@@ -286,6 +293,7 @@ class RolloutQueue:
         entry.renew_by = now + self.lease_timeout_s
         entry.finish_by = now + self.episode_timeout_s + self.lease_timeout_s
         entry.serving = 0
+        entry.paused_at_grant = self.paused_s()
         spec = entry.spec
         entry.lease = Lease(
             rollout_id=spec.rollout_id,
@@ -294,6 +302,7 @@ class RolloutQueue:
             policy_version=spec.policy_version,
             attempt=entry.attempts,
             renew_within_s=self.lease_timeout_s,
+            paused_s=entry.paused_at_grant,
         )
         return entry.lease
 
@@ -308,16 +317,17 @@ class RolloutQueue:
         return entry
 
     def _expire_leases(self) -> None:
-        now = self._clock()
+        now, paused = self._clock(), self.paused_s()
         for entry in self._entries.values():
             if entry.lease_id is None or entry.outcome is not None:
                 continue
-            if (now < entry.renew_by or entry.serving) and now < entry.finish_by:
+            finish_by = entry.finish_by + (
+                paused - entry.paused_at_grant
+            )  # the updates' time is not the agent's
+            if (now < entry.renew_by or entry.serving) and now < finish_by:
                 continue
             # The time limit first: a lease held while a request is answered may also be past renew_by.
-            reason = (
-                "ran past the episode time limit" if now >= entry.finish_by else "stopped renewing its lease"
-            )
+            reason = "ran past the episode time limit" if now >= finish_by else "stopped renewing its lease"
             self._lose_lease(entry, reason)
 
     def _lose_lease(self, entry: _Entry, reason: str) -> None:
@@ -341,3 +351,7 @@ class RolloutQueue:
         if entry.outcome is None:
             entry.outcome = Outcome(entry.spec.rollout_id, None, reason, entry.attempts, entry.runner)
             entry.lease = None
+
+
+def _never_paused() -> float:
+    return 0.0

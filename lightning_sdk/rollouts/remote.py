@@ -53,12 +53,14 @@ def runner_protocol(
     episode_timeout_s: float,
     routes: Mapping[str, str] | None = None,
     roles: Roles | None = None,
+    paused_s: Callable[[], float] | None = None,
 ) -> tuple[RolloutQueue, RouteInstaller]:
     """The queue runners lease from, and the installer of its routes on the trainer's server (which hand
-    the run's routing map and roles to runners with every lease)."""
+    the run's routing map and roles to runners with every lease). `paused_s`: the engine's clock of time
+    held for updates, which episode time limits leave out (`RolloutQueue`)."""
     from lightning_sdk.rollouts.routes import install_rollout_routes
 
-    queue = RolloutQueue(runners.lease_timeout_s, episode_timeout_s, runners.max_attempts)
+    queue = RolloutQueue(runners.lease_timeout_s, episode_timeout_s, runners.max_attempts, paused_s=paused_s)
 
     def install(app: Any, authorize: Authorize) -> None:
         install_rollout_routes(app, authorize, queue, routes=routes, roles=roles)

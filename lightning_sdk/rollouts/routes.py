@@ -147,7 +147,9 @@ def rollouts_router(
     async def renew(rollout_id: str, request: Request) -> RenewReply:
         asked = await _read(request, RenewRequest, MAX_SMALL_BODY_BYTES)
         with _protocol_errors():
-            return RenewReply(renew_within_s=queue.renew(rollout_id, asked.lease_id))
+            return RenewReply(
+                renew_within_s=queue.renew(rollout_id, asked.lease_id), paused_s=queue.paused_s()
+            )
 
     @router.post("/{rollout_id}/episode", dependencies=running)
     async def episode(rollout_id: str, request: Request) -> EpisodeStored:

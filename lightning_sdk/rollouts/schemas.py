@@ -97,6 +97,9 @@ class Lease(WireReply):
     """1 for the first issue, 2 after one expired lease, ..."""
     renew_within_s: float = Field(gt=0)
     """The runner must renew (heartbeat) or upload within this many seconds, or lose the lease."""
+    paused_s: float = 0.0
+    """Seconds the trainer had held model calls for its updates when it granted the lease (a clock the
+    renewals carry on): what it advances while the episode runs is added to the episode's time limit."""
 
 
 class RoleAdapters(WireReply):
@@ -165,6 +168,8 @@ class RenewReply(WireReply):
 
     renew_within_s: float
     """Renew again (or upload) within this many seconds."""
+    paused_s: float = 0.0
+    """The trainer's clock of seconds it has held model calls for its updates (`Lease.paused_s`)."""
 
 
 # --- results ----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from lightning_sdk.rollouts.schemas import (
     EpisodeStored,
     GrantedLease,
     LeaseRequest,
+    RenewReply,
     RenewRequest,
 )
 
@@ -72,9 +73,11 @@ class TrainerClient:
             return None
         return GrantedLease.model_validate_json(response.content)
 
-    async def renew(self, lease: GrantedLease) -> None:
+    async def renew(self, lease: GrantedLease) -> RenewReply:
         """Keep the lease (`ProtocolRefusal` 409 when it is lost)."""
-        await self._post(f"/v1/rollouts/{lease.rollout_id}/renew", RenewRequest(lease_id=lease.lease_id), 30)
+        asked = RenewRequest(lease_id=lease.lease_id)
+        response = await self._post(f"/v1/rollouts/{lease.rollout_id}/renew", asked, 30)
+        return RenewReply.model_validate_json(response.content)
 
     async def upload(self, lease: GrantedLease, episode: dict[str, Any]) -> bool:
         """Send the episode; True when stored now, False when an earlier try of this upload had stored it."""

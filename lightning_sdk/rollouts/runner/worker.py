@@ -163,10 +163,18 @@ async def _serve_one(
     endpoint = LLMEndpoint(lease.base_url, model_key(api_key), "default")
     os.environ.update({name: value for name, value in endpoint.env.items() if name != "OPENAI_MODEL"})
     kwargs = {"llm": endpoint} if wants_llm else {}
-    keep_alive = asyncio.create_task(_renew_until_cancelled(client, lease))
+    paused = [lease.paused_s]  # the trainer's clock of time held for updates, as the last renewal said
+    keep_alive = asyncio.create_task(_renew_until_cancelled(client, lease, paused))
     try:
         rollout = await run_episode(
-            agent, lease.task, kwargs, executor, episode_timeout_s, None, _router(lease, api_key)
+            agent,
+            lease.task,
+            kwargs,
+            executor,
+            episode_timeout_s,
+            None,
+            _router(lease, api_key),
+            paused_s=lambda: paused[0],
         )
     finally:
         keep_alive.cancel()
@@ -199,11 +207,13 @@ def _router(lease: GrantedLease, api_key: str) -> Router | None:
         return None
 
 
-async def _renew_until_cancelled(client: TrainerClient, lease: GrantedLease) -> None:
+async def _renew_until_cancelled(client: TrainerClient, lease: GrantedLease, paused: list[float]) -> None:
+    """Renew the lease until cancelled; `paused[0]` follows the trainer's clock of time held for updates,
+    which the episode's own time limit leaves out (as the trainer's limit on the lease does)."""
     while True:
         await asyncio.sleep(lease.renew_within_s / 3)
         try:
-            await client.renew(lease)
+            paused[0] = (await client.renew(lease)).paused_s
         except ProtocolRefusal as refusal:
             log.warning("rollout %s: %s; the episode will not be kept", lease.rollout_id, refusal)
             return

@@ -28,8 +28,15 @@ def group_run(
         return _on_runners(session, reward)
     if agent is None:
         raise ValueError("fit(agent=None) needs TrainerConfig(runners=Runners(...)): it runs the agent.")
+    gate = getattr(session.engine, "gate", None)  # `EngineBase`'s: it holds the calls during an update
     runner = EpisodeRunner(
-        agent, session.endpoint, config.max_concurrency, config.episode_timeout_s, reward, session.router
+        agent,
+        session.endpoint,
+        config.max_concurrency,
+        config.episode_timeout_s,
+        reward,
+        session.router,
+        paused_s=gate.closed_seconds if gate is not None else None,  # held for an update: not the agent's
     )
     session.on_close(runner.close)
 

@@ -138,7 +138,7 @@ class TrainingSession:
             check_engine_serves_roles(engine, config)
             roles = config.role_adapters()
             adapters = roles.adapters if roles is not None else None
-            queue, routes, host, port = runner_protocol_for(config, distributed)
+            queue, routes, host, port = runner_protocol_for(config, distributed, engine)
             sampling = SamplingPolicy(accept_any_model=True, lanes=sampling_lanes(config))
             server = start_endpoint(engine, config, sampling, routes, host, port)
             opened.callback(server.stop)

@@ -270,9 +270,10 @@ def start_endpoint(
 
 
 def runner_protocol_for(
-    config: TrainerConfig, distributed: Distributed
+    config: TrainerConfig, distributed: Distributed, engine: Any
 ) -> tuple[RolloutQueue | None, list[RouteInstaller], str, int]:
-    """The runner protocol's queue and routes when `config.runners` asks for them, and where to listen."""
+    """The runner protocol's queue and routes when `config.runners` asks for them, and where to listen.
+    Episode time limits leave out the time `engine`'s gate held calls for updates."""
     runners = config.runners
     if runners is None:
         return None, [], "127.0.0.1", 0
@@ -280,7 +281,11 @@ def runner_protocol_for(
         raise ValueError("Runners are not supported under torchrun yet: use one process, or no runners.")
     from lightning_sdk.rollouts.remote import runner_protocol
 
-    queue, install = runner_protocol(runners, config.episode_timeout_s, config.routes, config.role_adapters())
+    gate = getattr(engine, "gate", None)  # an engine of the user's own may have none: it never holds calls
+    paused = gate.closed_seconds if gate is not None else None
+    queue, install = runner_protocol(
+        runners, config.episode_timeout_s, config.routes, config.role_adapters(), paused
+    )
     return queue, [install], runners.host, runners.port
 
 
