@@ -484,6 +484,27 @@ def test_the_run_page_charts_step_level_credit_when_the_run_used_it() -> None:
     assert "credit" not in {chart["id"] for chart in charts([{"step": 1, "reward_mean": 0.5}])}
 
 
+def test_the_run_page_charts_rollouts_through_the_update_and_the_capped_share_by_age() -> None:
+    from lightning_sdk.explorer.run_folder import charts
+
+    step = {"step": 2, "reward_mean": 0.5, "groups_staleness_0": 3.0, "groups_staleness_1": 1.0}
+    step.update(groups_too_old=1.0, groups_in_flight=4, importance_capped_fraction_s0=0.0)
+    step.update(importance_capped_fraction_s1=0.125)
+    drawn = {chart["id"]: chart for chart in charts([step])}
+    assert {series["name"]: series["points"] for series in drawn["capped_by_staleness"]["series"]} == {
+        "0 update(s) old": [(2, 0.0)],
+        "1 update(s) old": [(2, 0.125)],
+    }
+    assert {series["name"] for series in drawn["staleness"]["series"]} == {
+        "trained, 0 update(s) old",
+        "trained, 1 update(s) old",
+        "too old (left out)",
+        "running through the update",
+    }
+    step_by_step = {chart["id"] for chart in charts([{"step": 1, "reward_mean": 0.5}])}
+    assert "capped_by_staleness" not in step_by_step and "staleness" not in step_by_step
+
+
 def test_the_run_summary_says_how_the_run_went_and_survives_a_run_that_failed() -> None:
     from lightning_sdk.explorer.run_summary import summary
 

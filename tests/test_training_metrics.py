@@ -70,6 +70,15 @@ def test_progress_line_shows_step_reward_and_speed():
     # The engine-against-trainer gap shows only when it is high (MISMATCH_HIGH, 0.005 nats per token).
     assert "gap=" not in ProgressBar(total=3, enabled=False).update(1, {"mismatch_logratio_abs": 3e-6})
     assert "gap=0.023 " in ProgressBar(total=3, enabled=False).update(1, {"mismatch_logratio_abs": 0.023})
+    # Rollouts through the update (max_staleness >= 1): staleness, groups too old and in flight, busy share.
+    overlapped = {
+        "staleness_mean": 0.62,
+        "groups_too_old": 1.0,
+        "groups_in_flight": 5,
+        "engine_busy_share": 0.46,
+    }
+    assert "stale=0.6 old=1 flight=5 busy=46% " in ProgressBar(total=3, enabled=False).update(1, overlapped)
+    assert "flight" not in ProgressBar(total=3, enabled=False).update(1, {"engine_busy_share": 0.3})
 
 
 def test_the_gap_warning_names_the_cause_it_can_see_once(caplog):

@@ -187,6 +187,15 @@ def _engine_charts(records: list[dict[str, Any]]) -> list[Spec]:
             },
         ),
         (
+            "capped_by_staleness",
+            "Share of trained tokens whose importance weight hit the cap, by how many updates old their "
+            "sample was",
+            {
+                f"{age} update(s) old": _points(records, f"importance_capped_fraction_s{age}")
+                for age in staleness_ages(records)
+            },
+        ),
+        (
             "engine_busy",
             "Share of the step the engine had model calls in flight; calls held during the update",
             {

@@ -207,6 +207,12 @@ class ProgressBar:
         stale, too_old = metrics.get("staleness_mean"), metrics.get("groups_too_old")
         if isinstance(stale, (int, float)) and math.isfinite(stale):  # rollouts through the update
             parts.append(f"stale={stale:.1f}" + (f" old={too_old:.0f}" if too_old else ""))
+            flight, busy = metrics.get("groups_in_flight"), metrics.get("engine_busy_share")
+            # The groups that ran on through the update, and the share of the step the engine was busy.
+            if isinstance(flight, (int, float)):
+                parts.append(f"flight={flight:.0f}")
+            if isinstance(busy, (int, float)) and math.isfinite(busy):
+                parts.append(f"busy={busy:.0%}")
         shared = metrics.get("step_group_share")
         if isinstance(shared, (int, float)) and math.isfinite(shared):
             parts.append(f"shared={shared:.0%}")  # credit="step": calls whose state another sample faced
