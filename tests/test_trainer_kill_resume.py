@@ -164,4 +164,14 @@ def test_a_run_with_rollouts_in_flight_killed_after_a_checkpoint_resumes_with_no
     # Each step trained one whole group; a group too old to train is stored beside it, marked.
     assert stored == Counter({r["step"]: GROUP * (1 + int(r["groups_too_old"])) for r in steps})
     assert all(record["groups_rolled_out"] == 1 for record in steps)
+    # The groups held at the checkpoint ran first after the resume: the first step it trained (3) took one
+    # of their tasks, not the next ones of the data.
+    returned = {f"Name a fruit, number {index}." for index in state["data"]["returned"]}
+    with ls.EpisodeStore(run_dir / "episodes.sqlite") as store:
+        first_trained = {
+            e.task["question"]
+            for e in store.episodes()
+            if e.metadata["step"] == 3 and "not_trained" not in e.metadata
+        }
+    assert len(first_trained) == 1 and first_trained <= returned
     assert load_file(str(run_dir / "adapter" / "adapter_model.safetensors"))

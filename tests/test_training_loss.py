@@ -63,6 +63,29 @@ def test_truncated_importance_sampling_hand_computed():
     assert summary["importance_capped_fraction"] == 0.5
 
 
+def test_a_stale_samples_tokens_are_weighted_by_the_same_capped_ratio_as_a_fresh_ones():
+    # Row 0 was sampled one update ago, row 1 by the weights being updated; the same engine and trainer
+    # probabilities in both: weights min(2, 1.5) = 1.5 and 0.5 in each row, whatever its age, so each row's
+    # gradient is the fresh one of the test above. Each level counts its own capped token.
+    logprobs = torch.tensor([[LOG(0.5), LOG(0.25)], [LOG(0.5), LOG(0.25)]], requires_grad=True)
+    sampling = torch.tensor([[LOG(0.25), LOG(0.5)], [LOG(0.25), LOG(0.5)]])
+    weights = token_weights(torch.ones(2, 2), "dapo", 2, 2)
+    options = LossOptions(importance_sampling_cap=1.5, by_staleness=True)
+    loss, stats = policy_loss(
+        logprobs,
+        logprobs.detach(),
+        torch.ones(2, 2),
+        weights,
+        options,
+        sampling_logprobs=sampling,
+        staleness=torch.tensor([1, 0]),
+    )
+    loss.backward()
+    assert logprobs.grad.tolist() == [pytest.approx([-0.75, -0.25])] * 2
+    summary = stats.summary()
+    assert summary["importance_capped_fraction_s1"] == summary["importance_capped_fraction_s0"] == 0.5
+
+
 def test_tokens_without_engine_logprobs_get_weight_one():
     logprobs = torch.tensor([[LOG(0.5), LOG(0.5)]])
     sampling = torch.tensor([[LOG(0.25), 0.0]])
