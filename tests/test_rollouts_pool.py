@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lightning_sdk.rollouts.in_process import EpisodeRunner
+from lightning_sdk.rollouts.in_process import EpisodeRunner, UpdatePauses
 from lightning_sdk.rollouts.pool import RolloutPool
 from lightning_sdk.tracing.decorators import trace_agent
 from lightning_sdk.training.run.event_loop import RunLoop
@@ -89,7 +89,7 @@ def test_the_time_an_update_holds_calls_is_not_counted_against_an_episodes_time_
 
     async def episodes() -> list[Any]:
         with (
-            EpisodeRunner(waits_on_a_tool, timeout_s=1.0, paused_s=gate.closed_seconds) as paused,
+            EpisodeRunner(waits_on_a_tool, timeout_s=1.0, pauses=UpdatePauses(gate.closed_seconds)) as paused,
             EpisodeRunner(waits_on_a_tool, timeout_s=1.0) as unpaused,
         ):
             threading.Thread(target=update, daemon=True).start()

@@ -649,6 +649,39 @@ def test_leases_and_renewals_carry_the_trainers_clock_of_time_held_for_updates(p
     assert renewed.status_code == 200 and renewed.json()["paused_s"] == 20.0
 
 
+def test_a_runner_does_not_time_out_an_episode_for_an_update_that_began_between_renewals(
+    protocol_server,
+) -> None:
+    """The runner's limit is 1 s and its agent works 2.5 s, 3 s of which the trainer held calls for an
+    update that began after the lease and before any renewal (renewals come every 10 s here): the runner
+    asks the trainer again when its limit seems passed, and keeps the episode."""
+    from lightning_sdk.runner import run_runner
+
+    queue, server = protocol_server
+    root, key = server.endpoint.base_url.removesuffix("/v1"), server.endpoint.api_key
+    began: list[float] = []
+
+    @ls.trace_agent(name="slow_tool")
+    def slow_tool(task: Any) -> str:
+        began.append(time.monotonic())
+        time.sleep(2.5)  # a tool call, while the trainer updates
+        return "done"
+
+    def held_for_updates() -> float:  # an update from 0.2 s to 3.2 s into the episode
+        return min(max(time.monotonic() - began[0] - 0.2, 0.0), 3.0) if began else 0.0
+
+    queue.paused_s = held_for_updates
+    [rollout_id] = queue.submit([RolloutSpec("held", {"question": "What is 2 + 2?"})])
+    runner = threading.Thread(
+        target=lambda: run_runner(slow_tool, root, key, episode_timeout_s=1.0, max_rollouts=1), daemon=True
+    )
+    runner.start()
+    [outcome] = queue.wait([rollout_id], timeout_s=60)
+    runner.join(60)
+    assert outcome.failure is None and outcome.episode is not None
+    assert "timed_out" not in outcome.episode["metadata"] and outcome.episode["output"] == "done"
+
+
 def test_a_runner_routes_an_agent_whose_client_was_built_before_it_started(
     protocol_server, openai_server
 ) -> None:

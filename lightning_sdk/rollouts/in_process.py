@@ -3,7 +3,7 @@
 Async agents run on the event loop; sync agents run in worker threads that carry the context (so
 their LLM calls land in their own episode). Each run has a timeout; a failed or timed-out run still
 yields an `Episode` with its error, so one bad episode never stops a training step. While rollouts run on
-through the update, the time the trainer held model calls for it (a `paused_s` clock) does not count
+through the update, the time the trainer held model calls for it (`UpdatePauses`) does not count
 against that timeout: an agent is not failed for the trainer's update.
 """
 
@@ -28,6 +28,7 @@ from lightning_sdk.tracing.routing import Router, routing
 __all__ = [
     "EpisodeRunner",
     "Rollout",
+    "UpdatePauses",
     "agent_accepts_llm",
     "call_agent",
     "run_episode",
@@ -129,10 +130,10 @@ class EpisodeRunner:
         reward_fn: Callable[[Any, Any], float] | None = None,
         router: Router | None = None,
         on_finished: Callable[[Rollout], None] | None = None,
-        paused_s: Callable[[], float] | None = None,
+        pauses: UpdatePauses | None = None,
     ) -> None:
         self.agent, self.timeout_s, self.reward_fn, self.router = agent, timeout_s, reward_fn, router
-        self.on_finished, self.paused_s = on_finished, paused_s
+        self.on_finished, self.pauses = on_finished, pauses
         self.kwargs = {"llm": llm} if llm is not None and agent_accepts_llm(agent) else {}
         self.semaphore = asyncio.Semaphore(max_concurrency)
         self.executor = ThreadPoolExecutor(max_concurrency, thread_name_prefix="lightning-rollout")
@@ -148,7 +149,7 @@ class EpisodeRunner:
                 self.timeout_s,
                 self.reward_fn,
                 self.router,
-                self.paused_s,
+                self.pauses,
             )
         rollout.task_index, rollout.sample_index = task_index, sample_index
         if self.on_finished is not None:
@@ -178,13 +179,13 @@ async def run_episode(
     timeout_s: float,
     reward_fn: Callable[[Any, Any], float] | None,
     router: Router | None = None,
-    paused_s: Callable[[], float] | None = None,
+    pauses: UpdatePauses | None = None,
 ) -> Rollout:
     """Run `agent(task, **kwargs)` once with a timeout and return its recorded episode (a synthetic one
     holding the error when it produced none). Used by in-process rollouts and by runners alike; the
-    agent's model calls go where `router` sends them (and its tasks and threads carry it). `paused_s`:
-    a clock of the seconds the trainer has held model calls for its updates; the time it advances during
-    the episode is added to `timeout_s`."""
+    agent's model calls go where `router` sends them (and its tasks and threads carry it). `pauses`: the
+    trainer's clock of the time it held model calls for its updates; what it advances during the episode
+    is added to `timeout_s`."""
     sink: list[Episode] = []
     started = time.time()
     output: Any = None
@@ -192,7 +193,7 @@ async def run_episode(
     timed_out = False
     with collect_into(sink), routing(router):
         try:
-            output = await within_time(call_agent(agent, task, kwargs, executor), timeout_s, paused_s)
+            output = await within_time(call_agent(agent, task, kwargs, executor), timeout_s, pauses)
         except TimeoutError as exc:
             timed_out, error = True, exc
         except Exception as exc:  # noqa: BLE001 - recorded on the episode by @trace_agent; kept for untraced agents
@@ -207,29 +208,57 @@ async def run_episode(
     return Rollout(task_index=-1, sample_index=-1, episode=episode, timed_out=timed_out)
 
 
-async def within_time(
-    awaitable: Awaitable[Any], timeout_s: float, paused_s: Callable[[], float] | None = None
-) -> Any:
+@dataclass
+class UpdatePauses:
+    """The trainer's clock of the seconds it has held model calls for its updates (`RequestGate.
+    closed_seconds` in its own process), as an episode's time limit reads it."""
+
+    read: Callable[[], float]
+    """The clock now, as far as this process knows it."""
+    refresh: Callable[[], Awaitable[None]] | None = None
+    """Asks the trainer again, before a limit is taken as passed: a runner hears the clock only with its
+    lease and its renewals, and an update may have begun since the last one."""
+
+
+async def within_time(awaitable: Awaitable[Any], timeout_s: float, pauses: UpdatePauses | None = None) -> Any:
     """`awaitable`'s result, or `TimeoutError` (it is cancelled) once it ran `timeout_s` seconds, not
-    counting what the `paused_s` clock advanced meanwhile."""
-    if paused_s is None:
+    counting what the `pauses` clock advanced meanwhile."""
+    if pauses is None:
         return await asyncio.wait_for(awaitable, timeout_s)
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(awaitable)
-    started, paused_before = loop.time(), paused_s()
+    started, paused_before, asked = loop.time(), pauses.read(), False
     try:
         while True:  # the limit moves on while the trainer holds calls: look again when it would pass
-            left = timeout_s + (paused_s() - paused_before) - (loop.time() - started)
+            left = timeout_s + (pauses.read() - paused_before) - (loop.time() - started)
+            if left <= 0 and pauses.refresh is not None and not asked:
+                asked = True  # once per time the limit seems passed; it moves on if an update held calls
+                with contextlib.suppress(Exception):  # a trainer out of reach: the limit stands
+                    await pauses.refresh()
+                continue
             if left <= 0:
                 raise TimeoutError
-            done, _ = await asyncio.wait({task}, timeout=left)
+            asked = False
+            # At least a moment: while the gate is closed `left` stands still, and could be tiny.
+            done, _ = await asyncio.wait({task}, timeout=max(left, 0.25))
             if done:
                 return task.result()
     finally:
         if not task.done():  # timed out, or this episode was cancelled: the agent's work stops too
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await _cancelled(task)
+
+
+async def _cancelled(task: asyncio.Future[Any]) -> None:
+    """Wait for `task` to end after `cancel()`; a cancellation of the waiting task itself goes on up."""
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # noqa: BLE001 - the episode already ended (timed out or cancelled)
+        pass
 
 
 def _episode_without_record(

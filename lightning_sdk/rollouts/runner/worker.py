@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from lightning_sdk.rollouts.in_process import agent_accepts_llm, run_episode
+from lightning_sdk.rollouts.in_process import UpdatePauses, agent_accepts_llm, run_episode
 from lightning_sdk.rollouts.runner.client import ProtocolRefusal, TrainerClient, TrainingOver
 from lightning_sdk.rollouts.runners import KEY_VARIABLE
 from lightning_sdk.rollouts.schemas import GrantedLease
@@ -164,6 +164,10 @@ async def _serve_one(
     os.environ.update({name: value for name, value in endpoint.env.items() if name != "OPENAI_MODEL"})
     kwargs = {"llm": endpoint} if wants_llm else {}
     paused = [lease.paused_s]  # the trainer's clock of time held for updates, as the last renewal said
+
+    async def ask_again() -> None:  # before the limit is taken as passed: an update may have begun since
+        paused[0] = (await client.renew(lease)).paused_s
+
     keep_alive = asyncio.create_task(_renew_until_cancelled(client, lease, paused))
     try:
         rollout = await run_episode(
@@ -174,7 +178,7 @@ async def _serve_one(
             episode_timeout_s,
             None,
             _router(lease, api_key),
-            paused_s=lambda: paused[0],
+            pauses=UpdatePauses(lambda: paused[0], ask_again),
         )
     finally:
         keep_alive.cancel()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from lightning_sdk.rollouts.in_process import EpisodeRunner, Rollout
+from lightning_sdk.rollouts.in_process import EpisodeRunner, Rollout, UpdatePauses
 from lightning_sdk.rollouts.pool import GroupRun
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def group_run(
         config.episode_timeout_s,
         reward,
         session.router,
-        paused_s=gate.closed_seconds if gate is not None else None,  # held for an update: not the agent's
+        pauses=UpdatePauses(gate.closed_seconds) if gate is not None else None,  # not the agent's time
     )
     session.on_close(runner.close)
 
