@@ -11,6 +11,10 @@ arms train the same number of steps on the same tasks, seeds paired:
     s2-wide    max_staleness=2 with every held episode running at once (max_concurrency=96, not the
                default 32, with which the later groups queue for a slot)
     instant-s0, instant-s1   the same with an instant tool: the control, where the gain should vanish
+    lora-s0, lora-s2   the engine in LoRA mode (weight_sync="lora", the GPU's default; the CPU's is
+               "merge"), where with S >= 1 an evaluation between steps runs beside training on the
+               evaluated step's pinned adapter (eval_beside_training); lora-s2 is compared with lora-s0
+    lora-s2-wait   lora-s2 with eval_beside_training=False: the next update waits for each evaluation
     s1-same-time   max_staleness=1 for as long as the paired s0 run trained (its wall time less its
                    final evaluation; up to 4x the steps): what the time saved buys. Not one of the
                    written rule's arms, which train the same number of steps; run it after s0.
@@ -58,6 +62,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "instant-s1": {"max_staleness": 1, "instant_tool": True},
     "s1-same-time": {"max_staleness": 1, "same_time_as": "s0"},
     "s2-wide": {"max_staleness": 2, "max_concurrency": 96},
+    "lora-s0": {"max_staleness": 0, "weight_sync": "lora"},
+    "lora-s2": {"max_staleness": 2, "weight_sync": "lora"},
+    "lora-s2-wait": {"max_staleness": 2, "weight_sync": "lora", "eval_beside_training": False},
 }
 # 32 steps: by 16 the held-out reward was still climbing steeply in every arm (0.25-0.31 at step 12,
 # 0.33-0.38 at 16), so an arm whose samples lag a step or two was judged mid-climb; by 32 it levels off
@@ -158,17 +165,26 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     started = min(record["time"] for record in records)
     steps = [record for record in records if "reward_mean" in record]
     evals = [record for record in records if "val_reward" in record]
+    step_ended = {record["step"]: record["time"] for record in steps}
     defaults = {"staleness_mean": 0.0, "groups_too_old": 0.0, "calls_held": 0}
+
+    def known_at(r: dict[str, Any]) -> float:
+        """When the score was known: an evaluation beside training is recorded at the first step boundary
+        after it ended, so its end is its step's end plus its own seconds; others are recorded as they end."""
+        if r.get("eval_beside_training"):
+            return step_ended[r["step"]] + r["time_eval_s"]
+        return float(r["time"])
+
     return {
         "engine_dtype": info["starts"][-1].get("engine_dtype"),
         "steps": [{**defaults, **r} for r in steps],  # every metric, for columns not yet in the table
         "held_out": [
             {
                 "step": r["step"],
-                "seconds": r["time"] - started,
+                "seconds": known_at(r) - started,
                 "reward": r["val_reward"],
                 "time_eval_s": r.get("time_eval_s"),
-                "beside_groups": "eval_groups_in_flight" in r,
+                "beside_groups": "eval_groups_in_flight" in r or bool(r.get("eval_beside_training")),
             }
             for r in evals
         ],
@@ -230,6 +246,14 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {sd:.3f} (worst {min(values):.3f})"
 
 
+def baseline_arm(arm: str) -> str:
+    """The S=0 arm an arm is compared with: of the same tool and engine mode."""
+    for family in ("instant-", "lora-"):
+        if arm.startswith(family):
+            return f"{family}s0"
+    return "s0"
+
+
 def summary(results: list[dict[str, Any]]) -> str:
     """Per arm over its seeds: seconds a step, minutes in all, the final held-out reward, and each seed's
     wall time to 90% of its paired s0 run's final score as a ratio of s0's; then the written rule (docs/
@@ -240,8 +264,11 @@ def summary(results: list[dict[str, Any]]) -> str:
     for r in results:
         by_arm.setdefault(r["arm"], {})[r["seed"]] = r
     final = {arm: [runs[s]["held_out"][-1]["reward"] for s in sorted(runs)] for arm, runs in by_arm.items()}
-    s0 = final.get("s0", [])
-    floor = statistics.mean(s0) - (statistics.stdev(s0) if len(s0) > 1 else 0.0) if s0 else math.nan
+
+    def floor_of(base_arm: str) -> float:
+        s0 = final.get(base_arm, [])
+        return statistics.mean(s0) - (statistics.stdev(s0) if len(s0) > 1 else 0.0) if s0 else math.nan
+
     lines = [
         "| arm | seeds | s / step (mean) | total min (mean) | final held-out, mean ± sd (worst) | "
         "wall time to 90% of s0, by seed | the rule |",
@@ -249,7 +276,7 @@ def summary(results: list[dict[str, Any]]) -> str:
     ]
     for arm in sorted(by_arm):
         runs = by_arm[arm]
-        base_arm = "instant-s0" if arm.startswith("instant") else "s0"
+        base_arm = baseline_arm(arm)
         ratios = []
         for seed, run in sorted(runs.items()):
             base = by_arm.get(base_arm, {}).get(seed)
@@ -257,11 +284,11 @@ def summary(results: list[dict[str, Any]]) -> str:
                 continue
             target = 0.9 * base["held_out"][-1]["reward"]
             ratios.append(time_to(run["held_out"], target) / time_to(base["held_out"], target))
-        if arm in ("s0", "instant-s0"):
+        if arm == base_arm:
             verdict = "the baseline"
         elif arm == "s1-same-time":
             verdict = "equal wall time (outside the rule, which trains the same steps)"
-        elif arm.startswith("instant"):
+        elif base_arm == "instant-s0":
             totals = [
                 runs[s]["wall_s"] / by_arm[base_arm][s]["wall_s"] for s in runs if s in by_arm[base_arm]
             ]
@@ -272,8 +299,8 @@ def summary(results: list[dict[str, Any]]) -> str:
             reasons = []
             if not (all(ratio <= 0.6 for ratio in ratios) and len(ratios) == len(runs)):
                 reasons.append("over 0.6x in a seed")
-            if not all(score >= floor for score in final[arm]):
-                reasons.append("a seed ends over one sd below s0's mean")
+            if not all(score >= floor_of(base_arm) for score in final[arm]):
+                reasons.append(f"a seed ends over one sd below {base_arm}'s mean")
             verdict = f"fails: {'; '.join(reasons)}" if reasons else "passes"
         steps = [
             _median([s["time_step_s"] for s in (run["steps"][1:] or run["steps"])]) for run in runs.values()
@@ -290,11 +317,11 @@ def write_table() -> None:
     protocol = {"steps": STEPS, "batch_size": BATCH_SIZE, "held_out": HELD_OUT}
     stored = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))]
     results = [r for r in stored if r.get("protocol") == protocol]  # runs of another length elsewhere
-    baseline = {(r["seed"], r["arm"].startswith("instant")): r for r in results if r["arm"].endswith("s0")}
+    baseline = {(r["seed"], r["arm"]): r for r in results if r["arm"] == baseline_arm(r["arm"])}
     rows = []
     for r in sorted(results, key=lambda r: (r["arm"], r["seed"])):
         steps = r["steps"][1:] or r["steps"]  # the first step pays the warm-up
-        base = baseline.get((r["seed"], r["arm"].startswith("instant")))
+        base = baseline.get((r["seed"], baseline_arm(r["arm"])))
         target = 0.9 * base["held_out"][-1]["reward"] if base else math.nan
         reach = time_to(r["held_out"], target) if base else math.nan
         base_reach = time_to(base["held_out"], target) if base else math.nan

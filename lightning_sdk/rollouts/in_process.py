@@ -102,15 +102,18 @@ async def run_rollouts(
     reward_fn: Callable[[Any, Any], float] | None = None,
     on_finished: Callable[[Rollout], None] | None = None,
     router: Router | None = None,
+    pauses: UpdatePauses | None = None,
 ) -> list[Rollout]:
     """Run `agent` on each task `group_size` times, at most `max_concurrency` at once.
 
     Returns one `Rollout` per run, ordered by (task_index, sample_index). `reward_fn(task, output)`
     scores episodes that recorded no reward themselves. `on_finished` is called as each run ends
     (e.g. to advance a progress bar). `router` sends the agent's model calls to the policy (see
-    `lightning_sdk.tracing.routing`).
+    `lightning_sdk.tracing.routing`). `pauses`: the trainer's clock of held calls, which the time limit
+    does not count (runs that go on through updates).
     """
-    with EpisodeRunner(agent, llm, max_concurrency, timeout_s, reward_fn, router, on_finished) as runner:
+    parts = (agent, llm, max_concurrency, timeout_s, reward_fn, router, on_finished, pauses)
+    with EpisodeRunner(*parts) as runner:
         slots = [(t, s) for t in range(len(tasks)) for s in range(group_size)]
         rollouts = await asyncio.gather(*(runner.run(tasks[t], t, s) for t, s in slots))
     return list(rollouts)

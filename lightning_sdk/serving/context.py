@@ -109,6 +109,12 @@ class ServingContext:
             return dataclasses.replace(self, adapter=model)
         return self
 
+    def answering_version(self, params: SamplingParams) -> Any:
+        """The weights version that answers a request of `params`: a pinned adapter's own (an evaluation
+        of an earlier step), else the engine's; read once the first tokens came (see `RequestGate`)."""
+        version_for = getattr(self.engine, "weight_version_for", None)
+        return version_for(params.adapter) if version_for is not None else self.engine.weight_version
+
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
         return self.engine.tokenizer
@@ -180,9 +186,11 @@ class ServingContext:
         if asked is None and self.default_max_tokens is not None:
             max_tokens = min(max_tokens, self.default_max_tokens)
         asked_params = sampling_params(request, max_tokens, top, getattr(engine, "max_n", 16))
-        params = self.policy.for_lane(self.lane).apply(asked_params)
-        if self.adapter is not None:
-            params = dataclasses.replace(params, adapter=self.adapter)
+        policy = self.policy.for_lane(self.lane)
+        params = policy.apply(asked_params)
+        adapter = policy.adapter_for(self.adapter)
+        if adapter is not None:
+            params = dataclasses.replace(params, adapter=adapter)
         try:
             check_prompt_fits(prompt_len, params.max_tokens, engine.max_model_len)
         except PromptTooLongError as error:

@@ -51,6 +51,16 @@ class SamplingPolicy:
     """The sampling of requests that name a lane (the trainer's `"train"` and `"eval"`); their sampling
     fields replace this policy's, `accept_any_model` stays this policy's."""
 
+    pinned_adapter: str | None = None
+    """The engine adapter that answers every request of this policy's lane, whatever role it names (None:
+    the one its role names): the trainer pins an evaluated step's adapter under a name of its own
+    (`VLLMEngine.pin_adapter`) so that the evaluation runs on it while training loads newer ones."""
+
+    def answer_with(self, adapter: str | None) -> None:
+        """Answer this policy's requests with the pinned adapter `adapter` (None: as their role names)."""
+        with self._lock:
+            self.pinned_adapter = adapter
+
     def use_lane(self, lane: str) -> None:
         """Sample requests that name no lane as `lane`'s requests (`set` with that lane's sampling)."""
         chosen = self.lanes[lane]
@@ -83,6 +93,11 @@ class SamplingPolicy:
         if no_penalties and params.penalised:
             changes.update(presence_penalty=0.0, frequency_penalty=0.0)
         return dataclasses.replace(params, **changes) if changes else params
+
+    def adapter_for(self, role_adapter: str | None) -> str | None:
+        """The engine adapter that answers a request whose role names `role_adapter` (`pinned_adapter`)."""
+        with self._lock:
+            return self.pinned_adapter if self.pinned_adapter is not None else role_adapter
 
     def set(
         self,

@@ -303,6 +303,12 @@ class TrainerConfig:
     """An evaluated episode counts as a success when its reward is at least this (full marks by default)."""
     eval_greedy: bool = True
     """Evaluate with greedy decoding (temperature 0), so validation reward is not sampling noise."""
+    eval_beside_training: bool = True
+    """With `max_staleness >= 1`, an evaluation between steps runs beside training: the evaluated step's
+    adapter is pinned in the engine and answers the evaluation's calls while the next updates train and
+    load newer ones, so no update waits for it (its record comes when it ends). Where that cannot be (an
+    engine with `weight_sync="merge"`, the CPU's default; roles; runners; a judge), or with False, the next
+    update waits for the evaluation, which runs on the weights alone. See docs/trainer.md."""
     run_dir: str | None = None
     """Folder of checkpoints, metrics and reports; `None` makes `runs/<date-time>` in the working
     directory."""

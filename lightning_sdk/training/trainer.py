@@ -26,7 +26,14 @@ from lightning_sdk.training.algorithm.signal import SignalWatch, signal_counts
 from lightning_sdk.training.algorithm.staleness import stamp_sample_staleness
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
-from lightning_sdk.training.evaluation import evaluate_agent
+from lightning_sdk.training.evaluation import (
+    EvaluationBeside,
+    end_evaluation_beside,
+    evaluate_agent,
+    release_evaluation_beside,
+    start_evaluation_beside,
+    why_not_beside,
+)
 from lightning_sdk.training.fit_result import FitResult
 from lightning_sdk.training.group_rewards import (
     GroupReward,
@@ -39,6 +46,7 @@ from lightning_sdk.training.overlapped import OverlappedRollouts, check_overlap_
 from lightning_sdk.training.records.live_view import live_view
 from lightning_sdk.training.records.run_dir import make_run_dir, refuse_earlier_run, write_run_info
 from lightning_sdk.training.records.run_warnings_file import keep_warnings
+from lightning_sdk.training.run.adapters import copy_adapter
 from lightning_sdk.training.run.best_adapter import (
     BEST_ADAPTER_DIR,
     SCORE_KEY,
@@ -55,6 +63,7 @@ from lightning_sdk.training.step_rollouts import StepByStepRollouts, groups_to_t
 if TYPE_CHECKING:
     from lightning_sdk.engine.types import Engine
     from lightning_sdk.tracing.store import EpisodeStore
+    from lightning_sdk.training.records.metrics import EvaluationProgress
     from lightning_sdk.training.sft import SFTResult
 
 __all__ = ["FitResult", "Trainer"]
@@ -256,6 +265,9 @@ class _Loop:
             self.rollouts = StepByStepRollouts(
                 session, self.cursor, self.agent, self.reward, self.prepare_task
             )
+        self.beside: EvaluationBeside | None = None
+        """The evaluation running beside training (`eval_beside_training`), if one is."""
+        self.beside_refused = self.why_evaluations_wait()
 
     def run(self) -> FitResult:
         session, config = self.session, self.config
@@ -270,6 +282,8 @@ class _Loop:
             for step in range(self.start_step + 1, config.max_steps + 1):
                 record = self.train_step(step)
                 progress.update(step, record)
+                if self.beside is not None and self.beside.done:
+                    self.wait_for_evaluation()
                 last_step = step
                 if step == config.max_steps or self.out_of_time(started):
                     break  # the final checkpoint and evaluation below cover this step
@@ -281,8 +295,11 @@ class _Loop:
             if last_step > self.start_step:
                 session.save_checkpoint(last_step, self.rollouts.cursor_with_held_tasks())
             # With max_staleness, beside the groups still running: they end meanwhile, untrained.
-            self.result.final_eval = self.evaluate(last_step)
+            self.result.final_eval = self.evaluate(last_step, final=True)
         finally:  # groups still held (max_staleness) are not trained: their tasks go back to the cursor
+            if self.beside is not None:  # an error or Ctrl+C: the evaluation beside training is dropped
+                release_evaluation_beside(session, self.beside)
+                self.beside = None
             self.rollouts.stop(finish_running=sys.exc_info()[0] is None)
         self.result.last_adapter_path = session.save_final_adapter()
         self.hand_back_best(last_step)
@@ -346,11 +363,39 @@ class _Loop:
             apply_group_reward(self.group_reward, task, episodes)
         return prepare_group(episodes, self.config, endpoint_base_url=self.session.endpoint.base_url)
 
-    def evaluate(self, step: int) -> dict[str, float] | None:
+    def why_evaluations_wait(self) -> str | None:
+        """Why this run's evaluations between steps cannot run beside training (None: they can, or there
+        is no update to wait: `max_staleness=0`); said once at the start when the user asked for it."""
+        config = self.config
+        if self.overlapped is None or not self.val_tasks:
+            return None
+        if not config.eval_beside_training:
+            return "eval_beside_training=False"
+        judged = self.judge is not None or self.group_reward is not None
+        reason = why_not_beside(self.session, judged)
+        if reason is not None:
+            log.info("Each evaluation makes the next update wait for it: %s.", reason)
+        return reason
+
+    def evaluate(self, step: int, final: bool = False) -> dict[str, float] | None:
+        """Evaluate the weights of `step` on the validation tasks: beside training when it can (the
+        metrics then come when it ends, and this returns None), else now. Evaluations run one at a time,
+        so one still running beside training is waited for first; the `final` one always runs now."""
         if not self.val_tasks:
             return None
+        self.wait_for_evaluation()
         session = self.session
-        progress = session.evaluation_progress(step, len(session.my_share(self.val_tasks)))
+        tasks = session.my_share(self.val_tasks)
+        if (
+            not final
+            and self.beside_refused is None
+            and self.overlapped is not None
+            and self.overlapped.running
+        ):
+            assert self.agent is not None  # runners refuse evaluations beside training (`why_not_beside`)
+            self.beside = start_evaluation_beside(session, step, self.agent, tasks, self.val_reward)
+            return None
+        progress = session.evaluation_progress(step, len(tasks))
         started = time.perf_counter()
         with self.rollouts.evaluation_phase() as timing:
             metrics, rollouts = evaluate_agent(
@@ -358,6 +403,31 @@ class _Loop:
             )
         # The evaluation's own time, less any wait for groups in flight to finish first (with runners).
         timing["time_eval_s"] = time.perf_counter() - started - timing.get("time_eval_wait_s", 0.0)
+        return self.record_evaluation(step, metrics, rollouts, timing, progress)
+
+    def wait_for_evaluation(self) -> None:
+        """Wait for the evaluation running beside training, if one is, and record it."""
+        running, self.beside = self.beside, None
+        if running is None:
+            return
+        metrics, rollouts = end_evaluation_beside(self.session, running)
+        ended = running.ended if running.ended is not None else time.perf_counter()
+        timing = {"time_eval_s": ended - running.started, "eval_beside_training": 1.0}
+        self.record_evaluation(running.step, metrics, rollouts, timing, running.progress, running.adapter)
+
+    def record_evaluation(
+        self,
+        step: int,
+        metrics: dict[str, float],
+        rollouts: list[Any],
+        timing: dict[str, float],
+        progress: EvaluationProgress,
+        evaluated_adapter: Path | None = None,
+    ) -> dict[str, float]:
+        """Show, store and log an evaluation of `step`'s weights, and keep its adapter when it is the best
+        so far: from the policy, or from `evaluated_adapter` (saved when an evaluation beside training
+        began; the policy has moved on since)."""
+        session = self.session
         progress.finish(metrics)
         session.keep_evaluation(step, rollouts)
         if self.judge is not None:
@@ -371,17 +441,15 @@ class _Loop:
                 log.warning("Step %d: %s", step, warning)
         record = {**{f"val_{key}": value for key, value in metrics.items()}, **timing}
         if self.config.keep_best and is_better(metrics, self.best):
-            self.best = BestAdapter(step=step, score=float(metrics[SCORE_KEY]), metrics=dict(metrics))
-            best = self.best
-            folder = session.save_adapter_to(
-                session.run_dir / BEST_ADAPTER_DIR, beside=lambda staging: write_best(staging, best)
-            )
+            self.best = best = BestAdapter(step=step, score=float(metrics[SCORE_KEY]), metrics=dict(metrics))
+            folder, keep = session.run_dir / BEST_ADAPTER_DIR, lambda staging: write_best(staging, best)
+            if evaluated_adapter is not None and session.distributed.is_main:
+                copy_adapter(evaluated_adapter, folder, keep)
+            elif evaluated_adapter is None:
+                session.save_adapter_to(folder, beside=keep)
             record["best_step"] = step
             log.info(
-                "Step %d: best validation reward so far, %.4f; adapter kept in %s",
-                step,
-                self.best.score,
-                folder,
+                "Step %d: best validation reward so far, %.4f; adapter kept in %s", step, best.score, folder
             )
         session.log(step, record)
         return metrics

@@ -6,8 +6,10 @@ a GPU). Arguments: weight_sync, an adapter folder, the prompt's token ids as JSO
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from typing import Any
 
 from lightning_sdk.engine import SamplingParams, VLLMEngine, resolve_model
 from lightning_sdk.engine.lora.merge import load_safetensors_folder
@@ -15,7 +17,7 @@ from lightning_sdk.engine.lora.merge import load_safetensors_folder
 
 def main(weight_sync: str, adapter: str, prompt: list[int]) -> dict:
     model = resolve_model(None)
-    engine = VLLMEngine(model, weight_sync=weight_sync, max_lora_rank=8, max_model_len=512)
+    engine = VLLMEngine(model, weight_sync=weight_sync, max_lora_rank=8, max_model_len=512, max_adapters=2)
     greedy = SamplingParams(temperature=0, max_tokens=12)
 
     def ask() -> tuple[list[int], object]:
@@ -56,10 +58,42 @@ def main(weight_sync: str, adapter: str, prompt: list[int]) -> dict:
     engine.wake()
     report["after_second_wake"], _ = ask()
     report["loaded_after_wakes"] = len(loaded())
+    if engine.weight_sync == "lora":
+        report["pinned"] = _pinned_adapter(engine, adapter, prompt, loaded)
     engine.load_adapter(adapter, version="adapter")
     engine.update_weights(load_safetensors_folder(model.path), version="full")
     report["after_full_weights"], report["full_version"] = ask()
     engine.shutdown()
+    return report
+
+
+def _pinned_adapter(engine: VLLMEngine, adapter: str, prompt: list[int], loaded: Any) -> dict:
+    """What an evaluation beside training relies on: an adapter pinned under a name of its own answers,
+    as its own version, the requests that name it while the served one changes, and across a wake."""
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+
+    def ask(name: str | None) -> tuple[list[int], object]:
+        [result] = engine.generate([prompt], dataclasses.replace(greedy, adapter=name))
+        return result.completions[0].token_ids, result.weight_version
+
+    engine.load_adapter(adapter, version=3)
+    engine.pin_adapter("evaluated", adapter, version=3)
+    engine.load_adapter(None, version=4)  # the next step's weights (here the base model's)
+    report: dict = {"pinned": ask("evaluated"), "served": ask(None)}
+    report["pinned_version_for"] = engine.weight_version_for("evaluated")
+    engine.sleep()
+    engine.load_adapter(None, version=5)
+    engine.wake()
+    report["pinned_after_wake"] = ask("evaluated")
+    engine.load_adapter(adapter, version=6)  # served again: with the pin, every place is taken
+    report["loaded_while_pinned"] = len(loaded())
+    try:
+        engine.pin_adapter("another", adapter, version=6)  # max_adapters=2: the served one and one pin
+    except ValueError as error:
+        report["no_place"] = str(error)
+    engine.unpin_adapter("evaluated")
+    report["unpinned"] = ask("evaluated")  # a name no longer pinned names no adapter: the base weights
+    report["loaded_after_unpin"] = len(loaded())
     return report
 
 

@@ -5,6 +5,11 @@ adapter. Each role (and the default) has one *served* adapter, which new request
 *retired* adapter: the one served before the last change, kept loaded for requests that started on it and
 removed at the next change. vLLM identifies an adapter by an integer id, so every load gets a new id, even
 from a folder loaded before (the trainer rewrites the same folder every step).
+
+A *pinned* adapter is served under a name of its own (`pin`) and stays as it was while the served ones
+change: an evaluation of step k's weights goes on answering from them after step k+1's are loaded. It
+takes one of the `max_adapters` places until `unpin`, and its weights version stays the one it was
+pinned at (`version_of`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lightning_sdk.engine.types import WeightVersion
+
 if TYPE_CHECKING:
     from vllm.lora.request import LoRARequest
 
 __all__ = ["ServedAdapters", "lora_slots"]
+
+_BASE_WEIGHTS = object()
+"""A pin of the base weights: requests naming it get no adapter, whatever is loaded later."""
 
 
 def lora_slots(max_adapters: int) -> int:
@@ -44,6 +54,8 @@ class ServedAdapters:
         self.max_adapters = max_adapters
         self._served: dict[str | None, LoRARequest] = {}
         self._retired: dict[str | None, LoRARequest] = {}
+        self._pinned: dict[str, tuple[LoRARequest | object, WeightVersion]] = {}
+        """Pinned adapters by name: the request (or `_BASE_WEIGHTS`) and the weights version it answers as."""
         self._next_id = 1
 
     @property
@@ -52,16 +64,59 @@ class ServedAdapters:
         return tuple(role for role in self._served if role is not None)
 
     def request_for(self, role: str | None) -> LoRARequest | None:
-        """The LoRA request that answers `role` (None: the default adapter); None: the base weights."""
+        """The LoRA request that answers `role` (None: the default adapter) or the pinned adapter of that
+        name; None: the base weights."""
+        if role is not None and role in self._pinned:
+            pinned = self._pinned[role][0]
+            return None if pinned is _BASE_WEIGHTS else pinned  # type: ignore[return-value]
         return self._served.get(role)
+
+    def version_of(self, name: str | None, current: WeightVersion) -> WeightVersion:
+        """The weights version a request naming `name` is answered by: a pinned adapter's own, else
+        `current` (the engine's)."""
+        return self._pinned[name][1] if name is not None and name in self._pinned else current
+
+    def pin(self, name: str, path: str | Path | None, version: WeightVersion) -> None:
+        """Serve the adapter folder `path` (None: the base weights) to requests naming `name`, as weights
+        `version`, until `unpin(name)`; the folder must stay as it is meanwhile (it is read again after a
+        wake). Pinning a name again replaces its adapter."""
+        if name in self._served or name in self._pinned:
+            if name in self._served:
+                raise ValueError(f"{name!r} is a role served by this engine; pin under another name.")
+            self.unpin(name)
+        if path is not None and len(self._served) + len(self._pinned) >= self.max_adapters:
+            raise ValueError(
+                f"This engine serves at most {self.max_adapters} adapter(s) at once, and every place is "
+                f"taken; start it with max_adapters >= {len(self._served) + len(self._pinned) + 1} to pin "
+                f"{name!r} too."
+            )
+        if path is None:
+            self._pinned[name] = (_BASE_WEIGHTS, version)
+            return
+        request = self._new_request(str(Path(path).resolve()), name)
+        self._write(lambda engine: engine.add_lora(request))
+        self._pinned[name] = (request, version)
+
+    def unpin(self, name: str) -> None:
+        """Stop serving the pinned adapter `name` (its requests must have ended); an unknown name: nothing."""
+        pinned = self._pinned.pop(name, None)
+        if pinned is not None and pinned[0] is not _BASE_WEIGHTS:
+            request: Any = pinned[0]
+            self._call(lambda engine: engine.remove_lora(request.lora_int_id))
+
+    @property
+    def pinned(self) -> tuple[str, ...]:
+        """The names of the pinned adapters."""
+        return tuple(self._pinned)
 
     def load(self, path: str | Path | None, role: str | None) -> None:
         """Serve the adapter folder `path` to `role` from now on (`path=None`: the base weights)."""
-        if path is not None and role not in self._served and len(self._served) >= self.max_adapters:
-            loaded = ", ".join(repr(name) for name in self._served) or "none"
+        taken = len(self._served) + len(self._pinned)
+        if path is not None and role not in self._served and taken >= self.max_adapters:
+            loaded = ", ".join(repr(name) for name in [*self._served, *self._pinned]) or "none"
             raise ValueError(
                 f"This engine serves at most {self.max_adapters} adapter(s) at once (loaded: {loaded}); "
-                f"start it with max_adapters >= {len(self._served) + 1} to serve role {role!r} too."
+                f"start it with max_adapters >= {taken + 1} to serve role {role!r} too."
             )
         if path is None:
             self._swap(role, None)
@@ -69,14 +124,22 @@ class ServedAdapters:
             self._add_and_serve(self._new_request(str(Path(path).resolve()), role), role)
 
     def clear(self) -> None:
-        """Every role back to the base weights (full weights were pushed: no adapter applies on top)."""
+        """Every role back to the base weights, and no adapter pinned (full weights were pushed: vLLM
+        dropped its adapters, and none applies on top)."""
         for role in list(self._served):
             self._swap(role, None)
+        for name in list(self._pinned):
+            self.unpin(name)
 
     def reload(self) -> None:
-        """Load every served adapter again under a new id (after a level-1 wake, see `VLLMEngine.wake`)."""
+        """Load every served and pinned adapter again under a new id (after a level-1 wake, see
+        `VLLMEngine.wake`)."""
         for role, served in list(self._served.items()):
             self._add_and_serve(self._new_request(served.lora_path, role), role)
+        for name, (pinned, version) in list(self._pinned.items()):
+            if pinned is not _BASE_WEIGHTS:
+                old: Any = pinned
+                self.pin(name, old.lora_path, version)
 
     def _add_and_serve(self, request: LoRARequest, role: str | None) -> None:
         self._write(lambda engine: engine.add_lora(request))

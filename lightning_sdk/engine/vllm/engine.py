@@ -179,7 +179,7 @@ class VLLMEngine(EngineBase):
         )
         lora = self._adapters.request_for(params.adapter)
         self._loop.add_request(request_id, prompt_token_ids, self._vllm_params(params, deltas), lora, stream)
-        return stream, self._version
+        return stream, self.weight_version_for(params.adapter)
 
     def _vllm_params(self, params: SamplingParams, deltas: bool) -> VLLMSamplingParams:
         from vllm import SamplingParams as VLLMSamplingParams
@@ -229,6 +229,29 @@ class VLLMEngine(EngineBase):
         else:
             self._adapters.load(path, role)
         self._version = version
+
+    def pin_adapter(self, name: str, path: str | Path | None, version: WeightVersion) -> None:
+        """Answer requests that name adapter `name` (`SamplingParams.adapter`) with the adapter folder
+        `path` (None: the base weights) as weights `version`, whatever is loaded later, until
+        `unpin_adapter(name)`: an evaluation of one step's weights runs on while the next steps' load.
+        Needs `weight_sync="lora"` and a free place among `max_adapters`; `path` must not change meanwhile.
+        """
+        if self.weight_sync != "lora":
+            raise ValueError(
+                f"Pinning adapter {name!r} needs weight_sync='lora': with 'merge' one merged set of weights "
+                "serves every request."
+            )
+        self._wake_weights()
+        self._adapters.pin(name, path, version)
+
+    def unpin_adapter(self, name: str) -> None:
+        """Release the pinned adapter `name` (`pin_adapter`) once no request runs on it."""
+        self._adapters.unpin(name)
+
+    def weight_version_for(self, adapter: str | None) -> WeightVersion:
+        """The weights version that answers a request naming `adapter`: a pinned adapter's own, else the
+        engine's (`weight_version`)."""
+        return self._adapters.version_of(adapter, self._version)
 
     @property
     def roles(self) -> tuple[str, ...]:

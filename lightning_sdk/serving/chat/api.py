@@ -49,7 +49,7 @@ async def serve_chat(ctx: ServingContext, body: Any, observe: ServedObserver | N
         _, deltas = await run_engine(first_and_rest(engine.astream(prepared.prompt, params)))
         # Read once the first tokens came: a request held while the weights changed (`RequestGate`) is
         # answered by the new ones, and none change while it runs.
-        meta.weight_version = engine.weight_version
+        meta.weight_version = ctx.answering_version(params)
         served = StreamedCall(meta.id, observe) if observe is not None else None
         events = chat_events(
             deltas,

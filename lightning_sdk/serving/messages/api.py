@@ -57,7 +57,13 @@ async def serve_messages(ctx: ServingContext, body: Any, observe: ServedObserver
         _, deltas = await run_engine(first_and_rest(ctx.engine.astream(prepared.prompt, prepared.params)))
         served = StreamedCall(message_id, observe) if observe is not None else None
         stream = MessageStream(
-            message_id, ctx.served, prepared, ctx.tokenizer, stops, ctx.engine.weight_version, served
+            message_id,
+            ctx.served,
+            prepared,
+            ctx.tokenizer,
+            stops,
+            ctx.answering_version(prepared.params),
+            served,
         )
         return event_stream(staged_events(deltas, stream), served)
     result = await run_engine(ctx.engine.agenerate(prepared.prompt, prepared.params))

@@ -328,7 +328,7 @@ class _EventStream:
             status=status,
             prompt_token_ids=self.prepared.prompt,
             output_tokens=len(self.token_ids),
-            weight_version=self.ctx.engine.weight_version,
+            weight_version=self.ctx.answering_version(self.prepared.params),
         )
 
     def opening(self) -> list[str]:

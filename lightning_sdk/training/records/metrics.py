@@ -91,6 +91,7 @@ class MetricsWriter:
         self._file = self.path.open("a", encoding="utf-8")
         self._tensorboard: SummaryWriter | None = None
         self._wandb = None
+        self._wandb_step = -1
         report_to = list(report_to)
         if "tensorboard" in report_to:
             self._tensorboard = _open_tensorboard(self.run_dir / "tensorboard")
@@ -119,7 +120,12 @@ class MetricsWriter:
                 self._tensorboard.add_scalar(key, value, step)
             self._tensorboard.flush()
         if self._wandb is not None:
-            self._wandb.log(numbers, step=step)
+            # W&B drops a step lower than one it has seen: an evaluation that ran beside training ends a
+            # few steps after the step it scored, so it goes under the latest step, naming its own.
+            if step < self._wandb_step:
+                numbers["evaluated_step"] = step
+            self._wandb_step = max(self._wandb_step, step)
+            self._wandb.log(numbers, step=self._wandb_step)
         return record
 
     def close(self) -> None:
@@ -238,15 +244,23 @@ class EvaluationProgress:
     """A transient count of finished evaluation episodes, then one line with the held-out result.
 
     Evaluations run the agent on every validation task and can take minutes; without this the run would
-    print nothing meanwhile. `enabled=False` shows nothing.
+    print nothing meanwhile. `enabled=False` shows nothing; `live=False` shows only the result's line (an
+    evaluation beside training, whose count would fight the step's progress line).
     """
 
-    def __init__(self, step: int, total: int, enabled: bool = True, stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        step: int,
+        total: int,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        live: bool = True,
+    ) -> None:
         self.step = step
         self.enabled = enabled
         self.stream = stream if stream is not None else sys.stderr
         self._bar = None
-        tqdm = _tqdm() if enabled else None
+        tqdm = _tqdm() if enabled and live else None
         if tqdm is not None:
             label = "evaluating the base model" if step == 0 else f"evaluating after step {step}"
             self._bar = tqdm(total=total, desc=label, unit="task", leave=False, file=self.stream)
@@ -265,9 +279,11 @@ class EvaluationProgress:
             f"success {metrics.get('success_rate', math.nan):.0%} of {int(metrics.get('episodes', 0))} tasks"
             + (f", {failed} failed" if failed else "")
         )
+        tqdm = _tqdm() if self.enabled else None
         if self._bar is not None:
             self._bar.close()
-            self._bar.write(text, file=self.stream)
+        if tqdm is not None:  # above any progress line shown meanwhile
+            tqdm.write(text, file=self.stream)
         elif self.enabled:
             print(text, file=self.stream, flush=True)
         return text

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from lightning_sdk.engine.types import Engine
 
-__all__ = ["load_into_engine", "write_adapter"]
+__all__ = ["copy_adapter", "load_into_engine", "write_adapter"]
 
 
 def write_adapter(model: Any, folder: Path, beside: Callable[[Path], None] | None = None) -> Path:
@@ -21,6 +21,20 @@ def write_adapter(model: Any, folder: Path, beside: Callable[[Path], None] | Non
 
     with staged_folder(folder) as staging:
         save_adapter(model, staging)
+        if beside is not None:
+            beside(staging)
+    return folder
+
+
+def copy_adapter(source: Path, folder: Path, beside: Callable[[Path], None] | None = None) -> Path:
+    """A copy of the adapter folder `source` in `folder`, renamed into place whole, as `write_adapter`
+    does (`keep_best` keeping the adapter an evaluation beside training scored, saved when it began)."""
+    import shutil
+
+    from lightning_sdk.training.update.folders.whole_folders import staged_folder
+
+    with staged_folder(folder) as staging:
+        shutil.copytree(source, staging, dirs_exist_ok=True)
         if beside is not None:
             beside(staging)
     return folder

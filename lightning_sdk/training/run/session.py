@@ -453,11 +453,12 @@ class TrainingSession:
         enabled = self.config.progress_bar and self.distributed.is_main
         return ProgressBar(total=self.config.max_steps, initial=start_step, enabled=enabled)
 
-    def evaluation_progress(self, step: int, total: int) -> EvaluationProgress:
+    def evaluation_progress(self, step: int, total: int, live: bool = True) -> EvaluationProgress:
+        """What an evaluation shows: a count of its episodes (`live`) and its result's line at the end."""
         from lightning_sdk.training.records.metrics import EvaluationProgress
 
         enabled = self.config.progress_bar and self.distributed.is_main
-        return EvaluationProgress(step, total, enabled=enabled)
+        return EvaluationProgress(step, total, enabled=enabled, live=live)
 
     def close(self) -> None:
         """Release what the run opened, newest first: runners, files, the loop, the server, the engine (or

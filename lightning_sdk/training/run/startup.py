@@ -99,6 +99,8 @@ def start_engine(
         options.setdefault("weight_sync", "lora")
         options.setdefault("max_adapters", len(roles.adapters))
     uses_vllm = engine_kind == "vllm" or (engine_kind == "auto" and vllm_available())
+    if uses_vllm and roles is None and config.max_staleness and config.eval_beside_training:
+        options.setdefault("max_adapters", 2)  # a place to pin the evaluated step's adapter (LoRA sync)
     if uses_vllm:
         check_lora_rank_fits_vllm(config.lora_rank, options)  # before minutes of model loading
     elif roles is not None:
