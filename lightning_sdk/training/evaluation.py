@@ -1,10 +1,12 @@
 """Evaluation: run the agent once per validation task and summarise the rewards; with rollouts that run on
-through the update, an evaluation that runs beside training on the evaluated step's pinned adapter."""
+through the update, an evaluation that runs beside training on the evaluated step's pinned adapter; and a
+run's evaluations (`RunEvaluations`), recorded, the best one's adapter kept."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -13,15 +15,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from lightning_sdk.rollouts.in_process import Rollout
+from lightning_sdk.training.group_rewards import GroupReward, group_reward_metrics
+from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
+from lightning_sdk.training.run.adapters import copy_adapter
+from lightning_sdk.training.run.best_adapter import (
+    BEST_ADAPTER_DIR,
+    SCORE_KEY,
+    BestAdapter,
+    is_better,
+    write_best,
+)
 
 if TYPE_CHECKING:
+    from lightning_sdk.training.overlapped import OverlappedRollouts
     from lightning_sdk.training.records.metrics import EvaluationProgress
     from lightning_sdk.training.run.session import TrainingSession
+    from lightning_sdk.training.step_rollouts import StepByStepRollouts
+
+log = logging.getLogger("lightning_sdk.training")
 
 __all__ = [
     "EVALUATED_ADAPTER_DIR",
     "PINNED_ADAPTER",
     "EvaluationBeside",
+    "RunEvaluations",
     "end_evaluation_beside",
     "evaluate_agent",
     "release_evaluation_beside",
@@ -167,3 +184,138 @@ def release_evaluation_beside(session: TrainingSession, running: EvaluationBesid
     session.sampling.lanes["eval"].answer_with(None)
     with contextlib.suppress(Exception):  # an engine already shut down holds no adapter
         cast(Any, session.engine).unpin_adapter(PINNED_ADAPTER)
+
+
+# -- a run's evaluations -------------------------------------------------------------------------------------
+class RunEvaluations:
+    """A run's evaluations on its validation tasks: each run now or beside training, then shown, stored,
+    logged, and its adapter kept when it scored best (`keep_best`).
+
+    Args:
+        rollouts: where the run's groups come from (`StepByStepRollouts` or `OverlappedRollouts`): an
+            evaluation run now runs in their `evaluation_phase`, one beside training while they run.
+        judge: the training reward, when a true held-out reward (`val_reward`) is given beside it.
+        best: the best evaluation so far (a resumed run's `best.json`).
+    """
+
+    def __init__(
+        self,
+        session: TrainingSession,
+        agent: Callable[..., Any] | None,
+        tasks: list[Any],
+        reward: Callable[[Any, Any], float] | None,
+        rollouts: StepByStepRollouts | OverlappedRollouts,
+        judge: Callable[[Any, Any], float] | None,
+        group_reward: GroupReward | None,
+        best: BestAdapter | None,
+    ) -> None:
+        self.session, self.agent, self.tasks, self.reward = session, agent, tasks, reward
+        self.rollouts, self.judge, self.group_reward, self.best = rollouts, judge, group_reward, best
+        self.running: EvaluationBeside | None = None
+        """The evaluation running beside training, if one is."""
+        self.beside_refused = self._why_evaluations_wait()
+
+    def _why_evaluations_wait(self) -> str | None:
+        """Why evaluations between steps cannot run beside training (None: they can, or no update waits
+        for them: `max_staleness=0`); said once at the start unless the user turned them off."""
+        config = self.session.config
+        if not config.max_staleness:
+            return "max_staleness=0"
+        if not config.eval_beside_training:
+            return "eval_beside_training=False"
+        reason = why_not_beside(self.session, self.judge is not None or self.group_reward is not None)
+        if reason is not None:
+            log.info("Each evaluation makes the next update wait for it: %s.", reason)
+        return reason
+
+    def evaluate(self, step: int, final: bool = False) -> dict[str, float] | None:
+        """Evaluate the weights of `step`: beside training when it can (the metrics then come when it ends,
+        and this returns None), else now. Evaluations run one at a time, so one still running beside
+        training is waited for first; the `final` one always runs now."""
+        self.wait()
+        session = self.session
+        tasks = session.my_share(self.tasks)
+        if not final and self.beside_refused is None and getattr(self.rollouts, "running", False):
+            assert self.agent is not None  # runners refuse evaluations beside training (`why_not_beside`)
+            self.running = start_evaluation_beside(session, step, self.agent, tasks, self.reward)
+            return None
+        progress = session.evaluation_progress(step, len(tasks))
+        started = time.perf_counter()
+        with self.rollouts.evaluation_phase() as timing:
+            metrics, rollouts = evaluate_agent(
+                session, self.agent, self.tasks, self.reward, progress.episode_done
+            )
+        # The evaluation's own time, less any wait for groups in flight to finish first (with runners).
+        timing["time_eval_s"] = time.perf_counter() - started - timing.get("time_eval_wait_s", 0.0)
+        return self.record(step, metrics, rollouts, timing, progress)
+
+    def record_if_ended(self) -> None:
+        """Record the evaluation that ran beside training if it has ended (between steps)."""
+        if self.running is not None and self.running.done:
+            self.wait()
+
+    def wait(self) -> None:
+        """Wait for the evaluation running beside training, if one is, and record it."""
+        running, self.running = self.running, None
+        if running is None:
+            return
+        metrics, rollouts = end_evaluation_beside(self.session, running)
+        ended = running.ended if running.ended is not None else time.perf_counter()
+        timing = {"time_eval_s": ended - running.started, "eval_beside_training": 1.0}
+        self.record(running.step, metrics, rollouts, timing, running.progress, running.adapter)
+
+    def drop_running(self) -> None:
+        """Cancel the evaluation running beside training, if one is (an error, Ctrl+C): it is not recorded."""
+        running, self.running = self.running, None
+        if running is not None:
+            release_evaluation_beside(self.session, running)
+
+    def record(
+        self,
+        step: int,
+        metrics: dict[str, float],
+        rollouts: list[Rollout],
+        timing: dict[str, float],
+        progress: EvaluationProgress,
+        evaluated_adapter: Path | None = None,
+    ) -> dict[str, float]:
+        """Show, store and log an evaluation of `step`'s weights, and keep its adapter when it is the best
+        so far: from the policy, or from `evaluated_adapter` (saved when an evaluation beside training
+        began; the policy has moved on since)."""
+        session = self.session
+        progress.finish(metrics)
+        session.keep_evaluation(step, rollouts)
+        if self.judge is not None:
+            metrics = self._with_judge_agreement(step, metrics, rollouts, self.judge)
+        record = {**{f"val_{key}": value for key, value in metrics.items()}, **timing}
+        if session.config.keep_best and is_better(metrics, self.best):
+            self.best = best = BestAdapter(step=step, score=float(metrics[SCORE_KEY]), metrics=dict(metrics))
+            folder, keep = session.run_dir / BEST_ADAPTER_DIR, lambda staging: write_best(staging, best)
+            if evaluated_adapter is None:
+                session.save_adapter_to(folder, beside=keep)
+            elif session.distributed.is_main:
+                copy_adapter(evaluated_adapter, folder, keep)
+            record["best_step"] = step
+            log.info(
+                "Step %d: best validation reward so far, %.4f; adapter kept in %s", step, best.score, folder
+            )
+        session.log(step, record)
+        return metrics
+
+    def _with_judge_agreement(
+        self,
+        step: int,
+        metrics: dict[str, float],
+        rollouts: list[Rollout],
+        judge: Callable[[Any, Any], float],
+    ) -> dict[str, float]:
+        """`metrics` with how often the training reward orders the held-out episodes as `val_reward` does."""
+        agreement = judge_agreement(rollouts, judge)
+        metrics = {**metrics, **self.session.distributed.mean_metrics(agreement, weight_key="judge_pairs")}
+        # What scoring the held-out episodes cost the judge belongs to this evaluation, not to the next
+        # step's judge metrics.
+        metrics.update(group_reward_metrics(self.group_reward))
+        warning = near_chance(metrics)
+        if warning is not None:
+            log.warning("Step %d: %s", step, warning)
+        return metrics

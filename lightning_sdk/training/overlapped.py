@@ -8,9 +8,11 @@ groups come from a pool that never stops:
     engine  ─ busy ──────────── │ asleep, training │ ─ busy ────────────── │ ...
     trainer ─ waits for batch_size complete groups ─ update ─ push ─ waits ...
 
-An evaluation between steps, and the final one, runs on the new weights beside the groups in flight
-(in-process agents: the evaluation's calls name their own sampling lane), so the agents' tools keep
-running through it too.
+An evaluation between steps runs beside training where the engine can pin the evaluated step's adapter
+(`lightning_sdk.training.evaluation`, `TrainerConfig.eval_beside_training`): no update waits for it.
+Otherwise, and for the final one, it runs on the new weights beside the groups in flight (in-process
+agents: the evaluation's calls name their own sampling lane), so the agents' tools keep running through
+it too, and the next update waits for it (`evaluation_phase`).
 
 Up to `(S + 1) x batch_size` groups are held (running, or complete and not yet trained on); a step trains on
 the first `batch_size` to complete. During the update the engine's gate holds every model call

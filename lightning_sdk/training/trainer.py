@@ -26,14 +26,7 @@ from lightning_sdk.training.algorithm.signal import SignalWatch, signal_counts
 from lightning_sdk.training.algorithm.staleness import stamp_sample_staleness
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor, group_tasks, materialize_tasks
-from lightning_sdk.training.evaluation import (
-    EvaluationBeside,
-    end_evaluation_beside,
-    evaluate_agent,
-    release_evaluation_beside,
-    start_evaluation_beside,
-    why_not_beside,
-)
+from lightning_sdk.training.evaluation import RunEvaluations
 from lightning_sdk.training.fit_result import FitResult
 from lightning_sdk.training.group_rewards import (
     GroupReward,
@@ -41,20 +34,11 @@ from lightning_sdk.training.group_rewards import (
     group_reward_metrics,
     one_at_a_time,
 )
-from lightning_sdk.training.judge_agreement import judge_agreement, near_chance
 from lightning_sdk.training.overlapped import OverlappedRollouts, check_overlap_possible
 from lightning_sdk.training.records.live_view import live_view
 from lightning_sdk.training.records.run_dir import make_run_dir, refuse_earlier_run, write_run_info
 from lightning_sdk.training.records.run_warnings_file import keep_warnings
-from lightning_sdk.training.run.adapters import copy_adapter
-from lightning_sdk.training.run.best_adapter import (
-    BEST_ADAPTER_DIR,
-    SCORE_KEY,
-    BestAdapter,
-    is_better,
-    read_best,
-    write_best,
-)
+from lightning_sdk.training.run.best_adapter import BEST_ADAPTER_DIR, read_best
 from lightning_sdk.training.run.group_runs import group_run
 from lightning_sdk.training.run.session import TrainingSession
 from lightning_sdk.training.run.startup import seed_everything
@@ -63,7 +47,6 @@ from lightning_sdk.training.step_rollouts import StepByStepRollouts, groups_to_t
 if TYPE_CHECKING:
     from lightning_sdk.engine.types import Engine
     from lightning_sdk.tracing.store import EpisodeStore
-    from lightning_sdk.training.records.metrics import EvaluationProgress
     from lightning_sdk.training.sft import SFTResult
 
 __all__ = ["FitResult", "Trainer"]
@@ -244,7 +227,6 @@ class _Loop:
         if self.start_step == 0 and config.init_adapter is not None:
             session.push_weights(0)  # the engine answers with the starting adapter from the first evaluation
         self.result = FitResult(run_dir=session.run_dir, adapter_path=session.adapter_dir)
-        self.best = read_best(session.run_dir) if resume and self.start_step > 0 else None
         self.diagnostics = StepDiagnostics(session.endpoint.base_url)
         self.signal = SignalWatch()
         if config.dynamic_sampling_rounds and session.world_size > 1:
@@ -265,9 +247,20 @@ class _Loop:
             self.rollouts = StepByStepRollouts(
                 session, self.cursor, self.agent, self.reward, self.prepare_task
             )
-        self.beside: EvaluationBeside | None = None
-        """The evaluation running beside training (`eval_beside_training`), if one is."""
-        self.beside_refused = self.why_evaluations_wait()
+        self.evaluations = (
+            RunEvaluations(
+                session,
+                self.agent,
+                val_tasks,
+                self.val_reward,
+                self.rollouts,
+                self.judge,
+                group_reward,
+                read_best(session.run_dir) if resume and self.start_step > 0 else None,
+            )
+            if val_tasks
+            else None
+        )
 
     def run(self) -> FitResult:
         session, config = self.session, self.config
@@ -282,8 +275,8 @@ class _Loop:
             for step in range(self.start_step + 1, config.max_steps + 1):
                 record = self.train_step(step)
                 progress.update(step, record)
-                if self.beside is not None and self.beside.done:
-                    self.wait_for_evaluation()
+                if self.evaluations is not None:
+                    self.evaluations.record_if_ended()  # one that ran beside the step
                 last_step = step
                 if step == config.max_steps or self.out_of_time(started):
                     break  # the final checkpoint and evaluation below cover this step
@@ -297,9 +290,8 @@ class _Loop:
             # With max_staleness, beside the groups still running: they end meanwhile, untrained.
             self.result.final_eval = self.evaluate(last_step, final=True)
         finally:  # groups still held (max_staleness) are not trained: their tasks go back to the cursor
-            if self.beside is not None:  # an error or Ctrl+C: the evaluation beside training is dropped
-                release_evaluation_beside(session, self.beside)
-                self.beside = None
+            if self.evaluations is not None:  # an error or Ctrl+C: one running beside training is dropped
+                self.evaluations.drop_running()
             self.rollouts.stop(finish_running=sys.exc_info()[0] is None)
         self.result.last_adapter_path = session.save_final_adapter()
         self.hand_back_best(last_step)
@@ -363,100 +355,13 @@ class _Loop:
             apply_group_reward(self.group_reward, task, episodes)
         return prepare_group(episodes, self.config, endpoint_base_url=self.session.endpoint.base_url)
 
-    def why_evaluations_wait(self) -> str | None:
-        """Why this run's evaluations between steps cannot run beside training (None: they can, or there
-        is no update to wait: `max_staleness=0`); said once at the start when the user asked for it."""
-        config = self.config
-        if self.overlapped is None or not self.val_tasks:
-            return None
-        if not config.eval_beside_training:
-            return "eval_beside_training=False"
-        judged = self.judge is not None or self.group_reward is not None
-        reason = why_not_beside(self.session, judged)
-        if reason is not None:
-            log.info("Each evaluation makes the next update wait for it: %s.", reason)
-        return reason
-
     def evaluate(self, step: int, final: bool = False) -> dict[str, float] | None:
-        """Evaluate the weights of `step` on the validation tasks: beside training when it can (the
-        metrics then come when it ends, and this returns None), else now. Evaluations run one at a time,
-        so one still running beside training is waited for first; the `final` one always runs now."""
-        if not self.val_tasks:
-            return None
-        self.wait_for_evaluation()
-        session = self.session
-        tasks = session.my_share(self.val_tasks)
-        if (
-            not final
-            and self.beside_refused is None
-            and self.overlapped is not None
-            and self.overlapped.running
-        ):
-            assert self.agent is not None  # runners refuse evaluations beside training (`why_not_beside`)
-            self.beside = start_evaluation_beside(session, step, self.agent, tasks, self.val_reward)
-            return None
-        progress = session.evaluation_progress(step, len(tasks))
-        started = time.perf_counter()
-        with self.rollouts.evaluation_phase() as timing:
-            metrics, rollouts = evaluate_agent(
-                session, self.agent, self.val_tasks, self.val_reward, progress.episode_done
-            )
-        # The evaluation's own time, less any wait for groups in flight to finish first (with runners).
-        timing["time_eval_s"] = time.perf_counter() - started - timing.get("time_eval_wait_s", 0.0)
-        return self.record_evaluation(step, metrics, rollouts, timing, progress)
-
-    def wait_for_evaluation(self) -> None:
-        """Wait for the evaluation running beside training, if one is, and record it."""
-        running, self.beside = self.beside, None
-        if running is None:
-            return
-        metrics, rollouts = end_evaluation_beside(self.session, running)
-        ended = running.ended if running.ended is not None else time.perf_counter()
-        timing = {"time_eval_s": ended - running.started, "eval_beside_training": 1.0}
-        self.record_evaluation(running.step, metrics, rollouts, timing, running.progress, running.adapter)
-
-    def record_evaluation(
-        self,
-        step: int,
-        metrics: dict[str, float],
-        rollouts: list[Any],
-        timing: dict[str, float],
-        progress: EvaluationProgress,
-        evaluated_adapter: Path | None = None,
-    ) -> dict[str, float]:
-        """Show, store and log an evaluation of `step`'s weights, and keep its adapter when it is the best
-        so far: from the policy, or from `evaluated_adapter` (saved when an evaluation beside training
-        began; the policy has moved on since)."""
-        session = self.session
-        progress.finish(metrics)
-        session.keep_evaluation(step, rollouts)
-        if self.judge is not None:
-            agreement = judge_agreement(rollouts, self.judge)
-            metrics = {**metrics, **session.distributed.mean_metrics(agreement, weight_key="judge_pairs")}
-            # What scoring the held-out episodes cost the judge belongs to this evaluation, not to the
-            # next step's judge metrics.
-            metrics.update(group_reward_metrics(self.group_reward))
-            warning = near_chance(metrics)
-            if warning is not None:
-                log.warning("Step %d: %s", step, warning)
-        record = {**{f"val_{key}": value for key, value in metrics.items()}, **timing}
-        if self.config.keep_best and is_better(metrics, self.best):
-            self.best = best = BestAdapter(step=step, score=float(metrics[SCORE_KEY]), metrics=dict(metrics))
-            folder, keep = session.run_dir / BEST_ADAPTER_DIR, lambda staging: write_best(staging, best)
-            if evaluated_adapter is not None and session.distributed.is_main:
-                copy_adapter(evaluated_adapter, folder, keep)
-            elif evaluated_adapter is None:
-                session.save_adapter_to(folder, beside=keep)
-            record["best_step"] = step
-            log.info(
-                "Step %d: best validation reward so far, %.4f; adapter kept in %s", step, best.score, folder
-            )
-        session.log(step, record)
-        return metrics
+        """Evaluate the weights of `step` (see `RunEvaluations.evaluate`)."""
+        return self.evaluations.evaluate(step, final) if self.evaluations is not None else None
 
     def hand_back_best(self, last_step: int) -> None:
         """Make the best evaluated adapter the run's result (`keep_best`); say so when it is not the last."""
-        best = self.best
+        best = self.evaluations.best if self.evaluations is not None else None
         if not self.config.keep_best or best is None:
             return
         self.result.adapter_path = self.session.run_dir / BEST_ADAPTER_DIR
