@@ -341,10 +341,13 @@ def test_sampling_policy_overrides_requests(vllm_engine) -> None:
         )
         assert all(len(choice.token_ids) <= 3 for choice in laned)
         policy.set()
+        counted = policy.calls_without_lane
         reply = client.chat.completions.create(
             model="anything", messages=QUESTION, max_tokens=9, temperature=0, extra_headers={LANE_HEADER: "x"}
         )
         assert len(reply.choices[0].token_ids) == 9 or reply.choices[0].finish_reason == "stop"
+        # Counted: the trainer tells from it that an agent's calls bypass its clients (docs/trainer.md).
+        assert policy.calls_without_lane == counted + 1
 
         # Penalties are honoured when serving, and dropped while the trainer samples (no_penalties). A
         # penalised answer must differ only where the plain one repeats a token whose lead over a token it

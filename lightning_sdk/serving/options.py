@@ -51,6 +51,9 @@ class SamplingPolicy:
     """The sampling of requests that name a lane (the trainer's `"train"` and `"eval"`); their sampling
     fields replace this policy's, `accept_any_model` stays this policy's."""
 
+    calls_without_lane: int = 0
+    """Requests sampled by this policy for naming no lane (or one not in `lanes`) while `lanes` is set: the
+    trainer tells from it that an agent calls the endpoint with HTTP code of its own."""
     pinned_adapter: str | None = None
     """The engine adapter that answers every request of this policy's lane, whatever role it names (None:
     the one its role names): the trainer pins an evaluated step's adapter under a name of its own
@@ -72,8 +75,15 @@ class SamplingPolicy:
         )
 
     def for_lane(self, lane: str | None) -> SamplingPolicy:
-        """The policy that samples a request of `lane` (this one for no lane, or a lane not in `lanes`)."""
-        return self.lanes.get(lane, self) if lane else self
+        """The policy that samples a request of `lane` (this one for no lane, or a lane not in `lanes`,
+        which `calls_without_lane` counts where lanes are set)."""
+        chosen = self.lanes.get(lane) if lane else None
+        if chosen is not None:
+            return chosen
+        if self.lanes:
+            with self._lock:
+                self.calls_without_lane += 1
+        return self
 
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """`set` runs in the owner's thread while requests are served: a request sees one setting whole."""

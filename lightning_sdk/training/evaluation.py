@@ -103,6 +103,8 @@ class EvaluationBeside:
     """The evaluated adapter's folder (`EVALUATED_ADAPTER_DIR`), pinned in the engine until the end."""
     progress: EvaluationProgress
     started: float
+    without_lane: int = 0
+    """The count of calls that named no lane when it began (`SamplingPolicy.calls_without_lane`)."""
     ended: float | None = None
 
     @property
@@ -141,46 +143,49 @@ def start_evaluation_beside(
     """Pin step `step`'s adapter in the engine under `PINNED_ADAPTER`, send the evaluation's calls to it,
     and start the evaluation on the run's loop; returns at once. The engine must be awake (between
     updates), with the step's adapter pushed."""
-    from lightning_sdk.rollouts.in_process import UpdatePauses, run_rollouts
+    from lightning_sdk.rollouts.in_process import UpdatePauses
 
-    config, engine, router = session.config, cast(Any, session.engine), session.router
+    engine: Any = session.engine
     folder = session.save_adapter_to(session.run_dir / EVALUATED_ADAPTER_DIR)
+    without_lane = session.sampling.calls_without_lane
     engine.pin_adapter(PINNED_ADAPTER, folder, version=step)
-    session.sampling.lanes["eval"].answer_with(PINNED_ADAPTER)
-    progress = session.evaluation_progress(step, len(tasks), live=False)
-    gate = getattr(engine, "gate", None)
-    rollouts = run_rollouts(
-        agent,
-        tasks,
-        1,
-        llm=session.endpoint,
-        max_concurrency=config.max_concurrency,
-        timeout_s=config.episode_timeout_s,
-        reward_fn=reward,
-        on_finished=progress.episode_done,
-        router=router.in_lane("eval") if router is not None else None,
-        pauses=UpdatePauses(gate.closed_seconds) if gate is not None else None,  # updates hold its calls
-    )
-    running = EvaluationBeside(step, session.loop.submit(rollouts), folder, progress, time.perf_counter())
-    running.future.add_done_callback(lambda _: setattr(running, "ended", time.perf_counter()))
+    try:  # whatever fails before it runs (Ctrl+C included), nothing stays pinned
+        session.sampling.lanes["eval"].answer_with(PINNED_ADAPTER)
+        progress = session.evaluation_progress(step, len(tasks), live=False)
+        gate = getattr(engine, "gate", None)
+        pauses = UpdatePauses(gate.closed_seconds) if gate is not None else None  # updates hold its calls
+        rollouts = session.in_process_rollouts(agent, tasks, 1, reward, progress.episode_done, "eval", pauses)
+        future = session.loop.submit(rollouts)
+    except BaseException:
+        _release(session)
+        raise
+    running = EvaluationBeside(step, future, folder, progress, time.perf_counter(), without_lane)
+    future.add_done_callback(lambda _: setattr(running, "ended", time.perf_counter()))
     return running
 
 
 def end_evaluation_beside(
     session: TrainingSession, running: EvaluationBeside
 ) -> tuple[dict[str, float], list[Rollout]]:
-    """Wait for `running` to end, release its pinned adapter, and return its metrics and rollouts."""
+    """Wait for `running` to end, release its pinned adapter, and return its metrics (with
+    `calls_without_lane`, model calls meanwhile that named no lane) and rollouts."""
     try:
         rollouts = running.future.result()
     finally:
         release_evaluation_beside(session, running)
-    return summarize_rollouts(rollouts, session.config.success_threshold), rollouts
+    metrics = summarize_rollouts(rollouts, session.config.success_threshold)
+    metrics["calls_without_lane"] = float(session.sampling.calls_without_lane - running.without_lane)
+    return metrics, rollouts
 
 
 def release_evaluation_beside(session: TrainingSession, running: EvaluationBeside) -> None:
     """Cancel `running` if it still runs (an error, Ctrl+C), send evaluation calls to the served adapter
     again and unpin the evaluated one."""
     running.future.cancel()
+    _release(session)
+
+
+def _release(session: TrainingSession) -> None:
     session.sampling.lanes["eval"].answer_with(None)
     with contextlib.suppress(Exception):  # an engine already shut down holds no adapter
         cast(Any, session.engine).unpin_adapter(PINNED_ADAPTER)
@@ -260,9 +265,28 @@ class RunEvaluations:
         if running is None:
             return
         metrics, rollouts = end_evaluation_beside(self.session, running)
+        without_lane = metrics.pop("calls_without_lane")
         ended = running.ended if running.ended is not None else time.perf_counter()
         timing = {"time_eval_s": ended - running.started, "eval_beside_training": 1.0}
+        if without_lane:
+            timing["eval_calls_without_lane"] = without_lane
+            self._stop_evaluating_beside(running.step, int(without_lane))
         self.record(running.step, metrics, rollouts, timing, running.progress, running.adapter)
+
+    def _stop_evaluating_beside(self, step: int, calls: int) -> None:
+        """Calls that named no lane came while an evaluation ran beside training: the agent calls the
+        endpoint with HTTP code of its own, whose calls cannot be told apart, so they were answered as the
+        training rollouts' (newest weights, training temperature). Say so; later evaluations wait."""
+        self.beside_refused = "the agent's own HTTP calls name no lane"
+        log.warning(
+            "While step %d was evaluated beside training, %d model call(s) named no lane (an agent that "
+            "calls the endpoint with HTTP code of its own, not the openai or anthropic client): they were "
+            "answered by the newest weights at the training temperature, so that evaluation's reward may "
+            "not be step %d's alone. Later evaluations make the next update wait for them.",
+            step,
+            calls,
+            step,
+        )
 
     def drop_running(self) -> None:
         """Cancel the evaluation running beside training, if one is (an error, Ctrl+C): it is not recorded."""

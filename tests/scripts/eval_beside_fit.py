@@ -75,6 +75,7 @@ def main(scratch: Path) -> dict[str, Any]:
         lora_rank=8,
         max_tokens=6,
         save_every=1,
+        keep_checkpoints=STEPS,  # every step's adapter, to tell which one best_adapter holds
         run_dir=str(RUN_DIR),
         progress_bar=False,
     )

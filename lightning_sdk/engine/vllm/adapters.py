@@ -65,41 +65,45 @@ class ServedAdapters:
 
     def request_for(self, role: str | None) -> LoRARequest | None:
         """The LoRA request that answers `role` (None: the default adapter) or the pinned adapter of that
-        name; None: the base weights."""
-        if role is not None and role in self._pinned:
-            pinned = self._pinned[role][0]
-            return None if pinned is _BASE_WEIGHTS else pinned  # type: ignore[return-value]
+        name; None: the base weights (also for a name neither served nor pinned)."""
+        pinned = self._pinned.get(role) if role is not None else None  # one read: another thread may unpin
+        if pinned is not None:
+            return None if pinned[0] is _BASE_WEIGHTS else pinned[0]  # type: ignore[return-value]
         return self._served.get(role)
 
     def version_of(self, name: str | None, current: WeightVersion) -> WeightVersion:
         """The weights version a request naming `name` is answered by: a pinned adapter's own, else
         `current` (the engine's)."""
-        return self._pinned[name][1] if name is not None and name in self._pinned else current
+        pinned = self._pinned.get(name) if name is not None else None
+        return pinned[1] if pinned is not None else current
 
     def pin(self, name: str, path: str | Path | None, version: WeightVersion) -> None:
         """Serve the adapter folder `path` (None: the base weights) to requests naming `name`, as weights
         `version`, until `unpin(name)`; the folder must stay as it is meanwhile (it is read again after a
-        wake). Pinning a name again replaces its adapter."""
-        if name in self._served or name in self._pinned:
-            if name in self._served:
-                raise ValueError(f"{name!r} is a role served by this engine; pin under another name.")
-            self.unpin(name)
-        if path is not None and len(self._served) + len(self._pinned) >= self.max_adapters:
+        wake). Pinning a name again replaces its adapter: a request gets the old pin or the new one, never
+        none (the new one is loaded before it replaces the old one, which is removed after)."""
+        if name in self._served:
+            raise ValueError(f"{name!r} is a role served by this engine; pin under another name.")
+        taken = len(self._served) + len(self._pinned) - (name in self._pinned)
+        if path is not None and taken >= self.max_adapters:
             raise ValueError(
                 f"This engine serves at most {self.max_adapters} adapter(s) at once, and every place is "
-                f"taken; start it with max_adapters >= {len(self._served) + len(self._pinned) + 1} to pin "
-                f"{name!r} too."
+                f"taken; start it with max_adapters >= {taken + 1} to pin {name!r} too."
             )
-        if path is None:
-            self._pinned[name] = (_BASE_WEIGHTS, version)
-            return
-        request = self._new_request(str(Path(path).resolve()), name)
-        self._write(lambda engine: engine.add_lora(request))
+        request: LoRARequest | object = _BASE_WEIGHTS
+        if path is not None:
+            request = added = self._new_request(str(Path(path).resolve()), name)
+            self._write(lambda engine: engine.add_lora(added))
+        previous = self._pinned.get(name)
         self._pinned[name] = (request, version)
+        self._remove(previous)
 
     def unpin(self, name: str) -> None:
-        """Stop serving the pinned adapter `name` (its requests must have ended); an unknown name: nothing."""
-        pinned = self._pinned.pop(name, None)
+        """Stop serving the pinned adapter `name` (its requests must have ended); an unknown name: nothing.
+        The name then names no adapter: a request naming it gets the base weights."""
+        self._remove(self._pinned.pop(name, None))
+
+    def _remove(self, pinned: tuple[LoRARequest | object, WeightVersion] | None) -> None:
         if pinned is not None and pinned[0] is not _BASE_WEIGHTS:
             request: Any = pinned[0]
             self._call(lambda engine: engine.remove_lora(request.lora_int_id))

@@ -68,8 +68,9 @@ class VLLMEngine(EngineBase):
         weight_sync: "auto", "merge" or "lora" (see above).
         max_lora_rank: Largest adapter rank `load_adapter` accepts with weight_sync="lora".
         max_adapters: Most adapters served at once with weight_sync="lora": the default one, or one per role
-            (`load_adapter(..., role=...)`; `TrainerConfig(roles=...)` sets it). vLLM keeps room for twice
-            as many (each role's previous adapter, for requests still running on it).
+            (`load_adapter(..., role=...)`; `TrainerConfig(roles=...)` sets it), pinned ones included
+            (`pin_adapter`). vLLM keeps room for twice as many (each role's previous adapter, for requests
+            still running on it).
         max_n: Largest `n` (samples per prompt) a request may ask for.
         seed: Engine seed; requests without their own seed sample from it.
         serving_threads: torch threads for serving on CPU (default: the current count). vLLM's CPU attention

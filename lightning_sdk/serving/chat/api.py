@@ -107,7 +107,7 @@ async def serve_completions(ctx: ServingContext, body: Any, observe: ServedObser
     meta = ResponseMeta("cmpl", ctx.served, engine.weight_version)
     if req.stream:
         _, deltas = await run_engine(first_and_rest(merged_streams(engine, prompts, params)))
-        meta.weight_version = engine.weight_version  # as in `serve_chat`: the weights that answered
+        meta.weight_version = ctx.answering_version(params)  # as in `serve_chat`: the weights that answered
         served = StreamedCall(meta.id, observe) if observe is not None else None
         events = completion_events(
             deltas,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from lightning_sdk.rollouts.in_process import Rollout
+from lightning_sdk.rollouts.in_process import Rollout, UpdatePauses
 from lightning_sdk.serving.options import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
 from lightning_sdk.tracing.routing import Lane, Roles, Router, compile_routes
@@ -276,26 +276,42 @@ class TrainingSession:
             rolled = self.remote.run(tasks, group_size, self.engine.weight_version, reward, on_finished)
             fail_unknown_tokens(rolled, self.vocabulary_size)  # ids the forward pass would fail on
             return rolled
-        from lightning_sdk.rollouts.in_process import run_rollouts
-
         if agent is None:
             raise ValueError("fit(agent=None) needs TrainerConfig(runners=Runners(...)): it runs the agent.")
-        config = self.config
         rollouts = self.run_async(
-            run_rollouts(
-                agent,
-                tasks,
-                group_size,
-                llm=self.endpoint,
-                max_concurrency=config.max_concurrency,
-                timeout_s=config.episode_timeout_s,
-                reward_fn=reward,
-                on_finished=on_finished,
-                router=self.router.in_lane(lane) if self.router is not None else None,
-            )
+            self.in_process_rollouts(agent, tasks, group_size, reward, on_finished, lane)
         )
         self.warnings.unused_routes(self.config.routes, self.router)
         return rollouts
+
+    def in_process_rollouts(
+        self,
+        agent: Callable[..., Any],
+        tasks: list[Any],
+        group_size: int,
+        reward: Callable[[Any, Any], float] | None,
+        on_finished: Callable[[Rollout], None] | None,
+        lane: Lane,
+        pauses: UpdatePauses | None = None,
+    ) -> Coroutine[Any, Any, list[Rollout]]:
+        """The coroutine that runs `agent` here, `group_size` times per task, its calls in `lane`; for the
+        run's loop (`run_async`, or `loop.submit` for one that runs beside training). `pauses`: the time
+        updates held its calls, which episode limits do not count."""
+        from lightning_sdk.rollouts.in_process import run_rollouts
+
+        config, router = self.config, self.router
+        return run_rollouts(
+            agent,
+            tasks,
+            group_size,
+            llm=self.endpoint,
+            max_concurrency=config.max_concurrency,
+            timeout_s=config.episode_timeout_s,
+            reward_fn=reward,
+            on_finished=on_finished,
+            router=router.in_lane(lane) if router is not None else None,
+            pauses=pauses,
+        )
 
     # --- phases ---------------------------------------------------------------------------------------
     @contextmanager
