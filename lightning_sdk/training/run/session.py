@@ -17,32 +17,18 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from lightning_sdk.rollouts.in_process import Rollout, UpdatePauses
 from lightning_sdk.serving.options import SamplingPolicy
 from lightning_sdk.tracing.decorators import trace_agent
-from lightning_sdk.tracing.routing import Lane, Roles, Router, compile_routes
+from lightning_sdk.tracing.routing import Lane, Roles, Router
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.data import TaskCursor
-from lightning_sdk.training.records.engine_log import EngineOutput
-from lightning_sdk.training.records.run_dir import write_rank_info
 from lightning_sdk.training.records.run_episodes import RunEpisodes
 from lightning_sdk.training.run.adapters import load_into_engine, write_adapter
 from lightning_sdk.training.run.checkpoints import load_run_checkpoint, save_run_checkpoint
 from lightning_sdk.training.run.environment import environment
 from lightning_sdk.training.run.event_loop import RunLoop
 from lightning_sdk.training.run.run_warnings import RunWarnings
-from lightning_sdk.training.run.startup import (
-    build_policy,
-    check_engine_serves_roles,
-    check_init_adapter,
-    check_roles_fit_the_job,
-    open_metrics,
-    open_records,
-    runner_protocol_for,
-    sampling_lanes,
-    say_learning_rate,
-    start_endpoint,
-    start_engine,
-)
+from lightning_sdk.training.run.startup import open_metrics, open_parts
 from lightning_sdk.training.update.distributed import Distributed
-from lightning_sdk.training.update.memory_report import say_step_memory, say_step_memory_used
+from lightning_sdk.training.update.memory_report import say_step_memory_used
 
 if TYPE_CHECKING:
     import torch
@@ -116,75 +102,11 @@ class TrainingSession:
         engine_options: dict[str, Any],
     ) -> TrainingSession:
         """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
-        from lightning_sdk.engine.placement import plan_placement
-        from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
-
-        check_init_adapter(config)  # before anything starts: a cut file fails here, not minutes in
-        placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
-        check_roles_fit_the_job(config, placement.world_size)
         # Whoever opens, closes: each part goes to `opened` as it comes up, so a start that fails part-way
         # (a bad init_adapter, a model that does not load) releases what it had started, in reverse order;
         # on success the session owns all of it (`close`).
         with ExitStack() as opened:
-            distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
-            opened.callback(distributed.close)
-            output = EngineOutput(run_dir, config.verbose)  # the engine's own lines: run_dir/engine.log
-            opened.callback(output.close)
-            engine, owns_engine = start_engine(
-                model, config, engine_kind, engine_options, distributed.rank, placement, output
-            )
-            if owns_engine:
-                opened.callback(engine.shutdown)
-            check_engine_serves_roles(engine, config)
-            roles = config.role_adapters()
-            adapters = roles.adapters if roles is not None else None
-            queue, routes, host, port = runner_protocol_for(config, distributed, engine)
-            sampling = SamplingPolicy(accept_any_model=True, lanes=sampling_lanes(config))
-            server = start_endpoint(engine, config, sampling, routes, host, port)
-            opened.callback(server.stop)
-            if queue is not None:  # closed before the server stops: runners in a long poll are answered
-                opened.callback(queue.close, "the training run ended")
-            engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
-            if not owns_engine:  # the caller's engine is left as it was given: serving
-                opened.callback(engine.wake)
-            loop = RunLoop()
-            opened.callback(loop.close)
-            config = say_step_memory(config, engine.model.path, placement)  # settles the "auto" settings
-            policy, policy_device = build_policy(
-                engine.model.path, config, adapters, placement, distributed, output
-            )
-            output.say_where()
-            engine_device = str(getattr(engine, "device", "cpu"))
-            write_rank_info(
-                run_dir, placement.describe(), policy_device=policy_device, engine_device=engine_device
-            )
-            optimizer = build_optimizer(policy, config, adapters, learning_rate=say_learning_rate(config))
-            metrics, episodes = open_records(run_dir, config, distributed, opened)
-            session = cls(
-                config,
-                run_dir,
-                server,
-                policy,
-                optimizer,
-                build_scheduler(optimizer, config),
-                engine.tokenizer,
-                metrics,
-                episodes,
-                sampling,
-                distributed,
-                owns_engine=owns_engine,
-                queue=queue,
-                router=Router(
-                    server.endpoint.base_url,
-                    server.endpoint.api_key,
-                    compile_routes(config.routes, roles),
-                    roles,
-                    lane="train",  # evaluations take `in_lane("eval")`
-                ),
-                loop=loop,
-                roles=roles,
-                placement=placement,
-            )
+            session = cls(**open_parts(model, config, run_dir, engine_kind, engine_options, opened))
             session._opened = opened.pop_all()
         return session
 

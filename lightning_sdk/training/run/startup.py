@@ -1,7 +1,7 @@
 """Starting a training run's parts, before the first step: the engine (after checks that would otherwise
 fail minutes in), the endpoint agents call, the runner protocol, and the memory a step will need.
 
-`TrainingSession.start` calls these once; they hold no state of their own.
+`TrainingSession.start` calls `open_parts` once, which calls the others; they hold no state of their own.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from lightning_sdk.serving.options import SamplingPolicy
-from lightning_sdk.tracing.routing import LANES
+from lightning_sdk.tracing.routing import LANES, Router, compile_routes
 from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.records.engine_log import EngineOutput
+from lightning_sdk.training.records.run_dir import write_rank_info
+from lightning_sdk.training.run.event_loop import RunLoop
 from lightning_sdk.training.run.upstream import TRAINER_UPSTREAM_SETTING, trainer_upstream
 from lightning_sdk.training.update.distributed import Distributed
+from lightning_sdk.training.update.memory_report import say_step_memory
 
 if TYPE_CHECKING:
     from lightning_sdk.engine.factory import EngineKind
@@ -38,6 +41,7 @@ __all__ = [
     "check_lora_rank_fits_vllm",
     "check_roles_fit_the_job",
     "open_metrics",
+    "open_parts",
     "open_records",
     "runner_protocol_for",
     "sampling_lanes",
@@ -344,6 +348,79 @@ def open_records(
     episodes = RunEpisodes.open(run_dir, config.episode_store_max_mb)
     opened.callback(episodes.close)
     return metrics, episodes
+
+
+def open_parts(
+    model: str | Path | None,
+    config: TrainerConfig,
+    run_dir: Path,
+    engine_kind: str | Engine,
+    engine_options: dict[str, Any],
+    opened: ExitStack,
+) -> dict[str, Any]:
+    """Start a run's parts in order, each put on `opened` as it comes up (closed there if a later one
+    fails), and return them as `TrainingSession`'s fields: engine, endpoint, policy, optimizer, records."""
+    from lightning_sdk.engine.placement import plan_placement
+    from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
+
+    check_init_adapter(config)  # before anything starts: a cut file fails here, not minutes in
+    placement = plan_placement()  # this rank's device, dtype and vLLM executor, decided in one place
+    check_roles_fit_the_job(config, placement.world_size)
+    distributed = Distributed.from_environment(placement, Distributed.collective_timeout(config))
+    opened.callback(distributed.close)
+    output = EngineOutput(run_dir, config.verbose)  # the engine's own lines: run_dir/engine.log
+    opened.callback(output.close)
+    engine, owns_engine = start_engine(
+        model, config, engine_kind, engine_options, distributed.rank, placement, output
+    )
+    if owns_engine:
+        opened.callback(engine.shutdown)
+    check_engine_serves_roles(engine, config)
+    roles = config.role_adapters()
+    adapters = roles.adapters if roles is not None else None
+    queue, routes, host, port = runner_protocol_for(config, distributed, engine)
+    sampling = SamplingPolicy(accept_any_model=True, lanes=sampling_lanes(config))
+    server = start_endpoint(engine, config, sampling, routes, host, port)
+    opened.callback(server.stop)
+    if queue is not None:  # closed before the server stops: runners in a long poll are answered
+        opened.callback(queue.close, "the training run ended")
+    engine.sleep()  # its GPU memory (or, on a CPU, torch's threads) goes to building the policy
+    if not owns_engine:  # the caller's engine is left as it was given: serving
+        opened.callback(engine.wake)
+    loop = RunLoop()
+    opened.callback(loop.close)
+    config = say_step_memory(config, engine.model.path, placement)  # settles the "auto" settings
+    policy, policy_device = build_policy(engine.model.path, config, adapters, placement, distributed, output)
+    output.say_where()
+    engine_device = str(getattr(engine, "device", "cpu"))
+    write_rank_info(run_dir, placement.describe(), policy_device=policy_device, engine_device=engine_device)
+    optimizer = build_optimizer(policy, config, adapters, learning_rate=say_learning_rate(config))
+    metrics, episodes = open_records(run_dir, config, distributed, opened)
+    return {
+        "config": config,
+        "run_dir": run_dir,
+        "server": server,
+        "policy_model": policy,
+        "optimizer": optimizer,
+        "scheduler": build_scheduler(optimizer, config),
+        "tokenizer": engine.tokenizer,
+        "metrics": metrics,
+        "episodes": episodes,
+        "sampling": sampling,
+        "distributed": distributed,
+        "owns_engine": owns_engine,
+        "queue": queue,
+        "router": Router(
+            server.endpoint.base_url,
+            server.endpoint.api_key,
+            compile_routes(config.routes, roles),
+            roles,
+            lane="train",  # evaluations take `in_lane("eval")`
+        ),
+        "loop": loop,
+        "roles": roles,
+        "placement": placement,
+    }
 
 
 def seed_everything(seed: int) -> None:
