@@ -122,7 +122,7 @@ def test_evaluation_progress_counts_episodes_then_shows_the_result():
 
 
 def test_an_engine_in_another_dtype_than_the_policy_is_named_at_the_start(caplog):
-    from lightning_sdk.training.run.startup import warn_if_dtypes_differ
+    from lightning_sdk.training.run.run_warnings import warn_if_dtypes_differ
 
     with caplog.at_level("WARNING", logger="lightning_sdk.training"):
         warn_if_dtypes_differ("float32", "float32", "the engine passed to fit")

@@ -122,14 +122,17 @@ def why_not_beside(session: TrainingSession, judged: bool) -> str | None:
         return "roles have an adapter each (pinning every role's is not supported yet)"
     if judged:
         return "a judge scores the episodes (its costs would mix with the training steps')"
-    if not callable(getattr(engine, "pin_adapter", None)) or getattr(engine, "weight_sync", None) != "lora":
-        kind, sync = type(engine).__name__, getattr(engine, "weight_sync", None)
-        return (
-            f"the engine cannot keep an evaluated step's adapter beside the newer ones ({kind} with "
-            f"weight_sync={sync!r}; it takes a VLLMEngine with weight_sync='lora', the GPU's default)"
-        )
+    if not callable(getattr(engine, "pin_adapter", None)):
+        kind = type(engine).__name__
+        return f"the engine cannot keep an evaluated step's adapter beside the newer ones ({kind})"
     if getattr(engine, "max_adapters", 0) < 2:
         return "the engine has no place for a second adapter (max_adapters=1; the trainer starts it with 2)"
+    rank = 2 * session.config.lora_rank  # merged weights: the pin is the difference of two adapters
+    if engine.weight_sync == "merge" and rank > getattr(engine, "max_lora_rank", 0):
+        return (
+            f"beside merged weights the evaluated adapter is pinned as a difference of rank {rank}, above "
+            f"the engine's max_lora_rank={engine.max_lora_rank} (engine_options: at least {rank})"
+        )
     return None
 
 

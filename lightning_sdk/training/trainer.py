@@ -144,7 +144,7 @@ class Trainer:
             live_view(run_dir, config.explorer),  # its address first: the page follows the run from the start
             keep_warnings(run_dir),  # run_dir/warnings.jsonl: what the run warned about, for later reading
             TrainingSession.start(
-                self.model, config, run_dir, self.engine_kind, self.engine_options
+                self.model, config, run_dir, self.engine_kind, self.engine_options, evaluates=bool(val_tasks)
             ) as session,
         ):
             self.session = session

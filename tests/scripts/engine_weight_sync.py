@@ -1,31 +1,37 @@
 """One VLLMEngine in its own process (vLLM supports one per process), through what the trainer does to it:
 adapters loaded and reverted, pushes into a sleeping engine, sleep and wake. Prints one JSON object.
 
-Run by tests/test_engine_lora_mode.py (weight_sync="lora" on the CPU) and tests/test_gpu.py (both modes on
-a GPU). Arguments: weight_sync, an adapter folder, the prompt's token ids as JSON."""
+Run by tests/test_engine_lora_mode.py and tests/test_engine_merge_pins.py (each mode on the CPU) and
+tests/test_gpu.py (both modes on a GPU). Arguments: weight_sync, an adapter folder, the prompt's token ids
+as JSON, and optionally the engine's dtype (default "auto")."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from lightning_sdk.engine import SamplingParams, VLLMEngine, resolve_model
 from lightning_sdk.engine.lora.merge import load_safetensors_folder
 
 
-def main(weight_sync: str, adapter: str, prompt: list[int]) -> dict:
+def main(weight_sync: str, adapter: str, prompt: list[int], dtype: str = "auto") -> dict:
     model = resolve_model(None)
-    engine = VLLMEngine(model, weight_sync=weight_sync, max_lora_rank=8, max_model_len=512, max_adapters=2)
+    # max_lora_rank 16: beside merged weights a pin of this rank-8 adapter is a difference of rank 16.
+    engine = VLLMEngine(
+        model, weight_sync=weight_sync, dtype=dtype, max_lora_rank=16, max_model_len=512, max_adapters=2
+    )
     greedy = SamplingParams(temperature=0, max_tokens=12)
 
     def ask() -> tuple[list[int], object]:
         [result] = engine.generate([prompt], greedy)
         return result.completions[0].token_ids, result.weight_version
 
-    def loaded() -> list[int]:  # adapters vLLM holds (none without LoRA mode)
-        if engine.weight_sync != "lora":
+    def loaded() -> list[int]:  # adapters vLLM holds (none with LoRA off)
+        if not engine.max_adapters:
             return []
         return sorted(engine._loop.call(lambda vllm_engine: vllm_engine.list_loras()))
 
@@ -60,6 +66,8 @@ def main(weight_sync: str, adapter: str, prompt: list[int]) -> dict:
     report["loaded_after_wakes"] = len(loaded())
     if engine.weight_sync == "lora":
         report["pinned"] = _pinned_adapter(engine, adapter, prompt, loaded)
+    else:
+        report["pinned"] = _pinned_beside_merged(engine, adapter, prompt, loaded)
     engine.load_adapter(adapter, version="adapter")
     engine.update_weights(load_safetensors_folder(model.path), version="full")
     report["after_full_weights"], report["full_version"] = ask()
@@ -97,6 +105,50 @@ def _pinned_adapter(engine: VLLMEngine, adapter: str, prompt: list[int], loaded:
     return report
 
 
+def _pinned_beside_merged(engine: VLLMEngine, adapter: str, prompt: list[int], loaded: Any) -> dict:
+    """The same beside merged weights: the pin is served as its difference to whatever is merged, so its
+    requests get step 3's tokens and log-probabilities while step 4's different adapter is merged."""
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+
+    def ask(name: str | None) -> list[Any]:
+        [result] = engine.generate([prompt], dataclasses.replace(greedy, adapter=name))
+        return [result.completions[0].token_ids, result.completions[0].logprobs, result.weight_version]
+
+    other = _scaled_adapter(adapter, -0.5)  # the next step's adapter: the same factors, B scaled
+    engine.load_adapter(adapter, version=3)
+    report: dict = {"reference": ask(None)}  # step 3's weights, merged
+    engine.pin_adapter("evaluated", adapter, version=3)
+    report["pinned_while_merged"] = ask("evaluated")  # no difference yet: the merged weights answer
+    report["loaded_while_merged"] = len(loaded())
+    engine.load_adapter(other, version=4)  # now a difference of rank 16 answers the pin
+    report["pinned"], report["served"] = ask("evaluated"), ask(None)
+    report["loaded_with_difference"] = len(loaded())
+    engine.sleep()
+    engine.load_adapter(None, version=5)  # the base weights merged, while asleep, as the trainer pushes
+    engine.wake()
+    report["pinned_over_base"], report["base_served"] = ask("evaluated"), ask(None)
+    try:
+        engine.pin_adapter("another", adapter, version=5)  # max_adapters=2: the merged one and one pin
+    except ValueError as error:
+        report["no_place"] = str(error)
+    engine.unpin_adapter("evaluated")
+    report["unpinned"] = ask("evaluated")  # a name no longer pinned: the merged weights (here the base)
+    report["loaded_after_unpin"] = len(loaded())
+    return report
+
+
+def _scaled_adapter(adapter: str, factor: float) -> str:
+    """A copy of the adapter folder with every B matrix times `factor`: another adapter of the same shape."""
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(tempfile.mkdtemp(prefix="scaled-adapter-"))
+    tensors = load_file(str(Path(adapter) / "adapter_model.safetensors"))
+    scaled = {name: t * factor if ".lora_B." in name else t for name, t in tensors.items()}
+    save_file(scaled, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text((Path(adapter) / "adapter_config.json").read_text())
+    return str(folder)
+
+
 def _current_device() -> str:
     import torch
 
@@ -110,4 +162,4 @@ def _free_gpu_memory() -> int:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))))
+    print(json.dumps(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), *sys.argv[4:])))

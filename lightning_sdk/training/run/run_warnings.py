@@ -15,7 +15,7 @@ from typing import Any
 from lightning_sdk.tracing.routing import Router
 from lightning_sdk.training.records.policy_gap import mismatch_is_expected, mismatch_is_high, mismatch_warning
 
-__all__ = ["RunWarnings"]
+__all__ = ["RunWarnings", "warn_if_dtypes_differ"]
 
 log = logging.getLogger("lightning_sdk.training")
 
@@ -121,3 +121,21 @@ class RunWarnings:
             self.steps_without_step_groups,
             100 * share,
         )
+
+
+def warn_if_dtypes_differ(engine_dtype: object, policy_dtype: str, whose: str) -> None:
+    """Say at the start, once, when the engine will sample in another dtype than the policy learns in:
+    the gap between the two policies (metrics `mismatch_*`) then comes from rounding, not learning."""
+    if engine_dtype is None or str(engine_dtype) == policy_dtype:
+        return
+    log.warning(
+        "%s serves in %s while the policy trains in %s: the engine's sampling log-probabilities will differ "
+        "from the trainer's by rounding (the mismatch_* metrics measure it), which slows learning (docs/"
+        "engine.md, the two policies agree). Let the trainer start the engine (it serves in %s), or build it "
+        "with dtype=%r.",
+        whose,
+        engine_dtype,
+        policy_dtype,
+        policy_dtype,
+        policy_dtype,
+    )

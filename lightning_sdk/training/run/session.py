@@ -100,13 +100,16 @@ class TrainingSession:
         run_dir: Path,
         engine_kind: str | Engine,
         engine_options: dict[str, Any],
+        evaluates: bool = True,
     ) -> TrainingSession:
-        """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer."""
+        """Start the engine and its endpoint, and build the LoRA policy, optimizer and metrics writer
+        (`evaluates`: the run has held-out tasks)."""
         # Whoever opens, closes: each part goes to `opened` as it comes up, so a start that fails part-way
         # (a bad init_adapter, a model that does not load) releases what it had started, in reverse order;
         # on success the session owns all of it (`close`).
         with ExitStack() as opened:
-            session = cls(**open_parts(model, config, run_dir, engine_kind, engine_options, opened))
+            parts = open_parts(model, config, run_dir, engine_kind, engine_options, opened, evaluates)
+            session = cls(**parts)
             session._opened = opened.pop_all()
         return session
 

@@ -19,6 +19,7 @@ from lightning_sdk.training.config import TrainerConfig
 from lightning_sdk.training.records.engine_log import EngineOutput
 from lightning_sdk.training.records.run_dir import write_rank_info
 from lightning_sdk.training.run.event_loop import RunLoop
+from lightning_sdk.training.run.run_warnings import warn_if_dtypes_differ
 from lightning_sdk.training.run.upstream import TRAINER_UPSTREAM_SETTING, trainer_upstream
 from lightning_sdk.training.update.distributed import Distributed
 from lightning_sdk.training.update.memory_report import say_step_memory
@@ -49,7 +50,6 @@ __all__ = [
     "seed_everything",
     "start_endpoint",
     "start_engine",
-    "warn_if_dtypes_differ",
 ]
 
 log = logging.getLogger("lightning_sdk.training")
@@ -81,12 +81,14 @@ def start_engine(
     rank: int,
     placement: Placement,
     output: EngineOutput | None = None,
+    evaluates: bool = True,
 ) -> tuple[Engine, bool]:
     """The run's engine, and whether the run owns it (started it here, so shuts it down at the end).
 
     The engine serves in the policy's dtype (`Placement.engine_dtype_while_training`) unless
     `engine_options` name another; a caller's engine in another dtype is used as it is, with a warning.
-    What the engine prints while it starts goes to `output` (`run_dir/engine.log`), when given."""
+    What the engine prints while it starts goes to `output` (`run_dir/engine.log`), when given; `evaluates`:
+    the run has held-out tasks, whose evaluations may need a place to pin an adapter."""
     policy_dtype = placement.engine_dtype_while_training(config.dtype)
     if not isinstance(engine_kind, str):  # an Engine the caller built and keeps (tests, notebooks)
         warn_if_dtypes_differ(getattr(engine_kind, "dtype", None), policy_dtype, "the engine passed to fit")
@@ -103,8 +105,8 @@ def start_engine(
         options.setdefault("weight_sync", "lora")
         options.setdefault("max_adapters", len(roles.adapters))
     uses_vllm = engine_kind == "vllm" or (engine_kind == "auto" and vllm_available())
-    if uses_vllm and roles is None and config.max_staleness and config.eval_beside_training:
-        options.setdefault("max_adapters", 2)  # a place to pin the evaluated step's adapter (LoRA sync)
+    if uses_vllm and roles is None and config.max_staleness and config.eval_beside_training and evaluates:
+        options.setdefault("max_adapters", 2)  # a place to pin the evaluated step's adapter
     if uses_vllm:
         check_lora_rank_fits_vllm(config.lora_rank, options)  # before minutes of model loading
     elif roles is not None:
@@ -124,24 +126,6 @@ def start_engine(
         getattr(engine, "dtype", None), policy_dtype, "the engine (engine_options['dtype'])"
     )
     return engine, True
-
-
-def warn_if_dtypes_differ(engine_dtype: object, policy_dtype: str, whose: str) -> None:
-    """Say at the start, once, when the engine will sample in another dtype than the policy learns in:
-    the gap between the two policies (metrics `mismatch_*`) then comes from rounding, not learning."""
-    if engine_dtype is None or str(engine_dtype) == policy_dtype:
-        return
-    log.warning(
-        "%s serves in %s while the policy trains in %s: the engine's sampling log-probabilities will differ "
-        "from the trainer's by rounding (the mismatch_* metrics measure it), which slows learning (docs/"
-        "engine.md, the two policies agree). Let the trainer start the engine (it serves in %s), or build it "
-        "with dtype=%r.",
-        whose,
-        engine_dtype,
-        policy_dtype,
-        policy_dtype,
-        policy_dtype,
-    )
 
 
 def check_init_adapter(config: TrainerConfig) -> None:
@@ -357,9 +341,11 @@ def open_parts(
     engine_kind: str | Engine,
     engine_options: dict[str, Any],
     opened: ExitStack,
+    evaluates: bool = True,
 ) -> dict[str, Any]:
     """Start a run's parts in order, each put on `opened` as it comes up (closed there if a later one
-    fails), and return them as `TrainingSession`'s fields: engine, endpoint, policy, optimizer, records."""
+    fails), and return them as `TrainingSession`'s fields: engine, endpoint, policy, optimizer, records.
+    `evaluates`: the run has held-out tasks (`start_engine`)."""
     from lightning_sdk.engine.placement import plan_placement
     from lightning_sdk.training.update.optim import build_optimizer, build_scheduler
 
@@ -371,7 +357,7 @@ def open_parts(
     output = EngineOutput(run_dir, config.verbose)  # the engine's own lines: run_dir/engine.log
     opened.callback(output.close)
     engine, owns_engine = start_engine(
-        model, config, engine_kind, engine_options, distributed.rank, placement, output
+        model, config, engine_kind, engine_options, distributed.rank, placement, output, evaluates
     )
     if owns_engine:
         opened.callback(engine.shutdown)
