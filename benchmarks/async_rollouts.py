@@ -12,8 +12,11 @@ arms train the same number of steps on the same tasks, seeds paired:
                default 32, with which the later groups queue for a slot)
     instant-s0, instant-s1   the same with an instant tool: the control, where the gain should vanish
     lora-s0, lora-s2   the engine in LoRA mode (weight_sync="lora", the GPU's default; the CPU's is
-               "merge"), where with S >= 1 an evaluation between steps runs beside training on the
-               evaluated step's pinned adapter (eval_beside_training); lora-s2 is compared with lora-s0
+               "merge"), where every request goes through the LoRA kernels; lora-s2 is compared with
+               lora-s0. In both modes, with S >= 1 an evaluation between steps runs beside training on
+               the evaluated step's pinned adapter (eval_beside_training; in merge mode since 007be0e, as
+               a difference to the merged weights: the runs from before, whose next update waited for
+               each evaluation, are in async_rollouts/evaluations-waited/)
     lora-s2-wait   lora-s2 with eval_beside_training=False: the next update waits for each evaluation
     dyn-s0, dyn-s2   s0 and s2 with dynamic sampling (dynamic_sampling_rounds=2): a step trains on four
                groups that carry a learning signal, so every arm trains the same samples a step. Step by

@@ -293,7 +293,8 @@ class Engine(Protocol):
     structured_outputs: bool
     """Whether the engine can constrain decoding to JSON (`SamplingParams.json_schema`/`json_object`)."""
     max_adapters: int
-    """Most role adapters served at once (`load_adapter(..., role=...)`); 0 where roles are not served."""
+    """Most adapters served at once: role adapters (`load_adapter(..., role=...)`) and pinned ones
+    (`pin_adapter`, where the engine has it; merged weights take a place); 0: one set of weights only."""
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:

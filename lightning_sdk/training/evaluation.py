@@ -128,7 +128,7 @@ def why_not_beside(session: TrainingSession, judged: bool) -> str | None:
     if getattr(engine, "max_adapters", 0) < 2:
         return "the engine has no place for a second adapter (max_adapters=1; the trainer starts it with 2)"
     rank = 2 * session.config.lora_rank  # merged weights: the pin is the difference of two adapters
-    if engine.weight_sync == "merge" and rank > getattr(engine, "max_lora_rank", 0):
+    if getattr(engine, "weight_sync", None) == "merge" and rank > getattr(engine, "max_lora_rank", 0):
         return (
             f"beside merged weights the evaluated adapter is pinned as a difference of rank {rank}, above "
             f"the engine's max_lora_rank={engine.max_lora_rank} (engine_options: at least {rank})"

@@ -138,13 +138,16 @@ class Trainer:
             refuse_earlier_run(config.run_dir)  # before anything loads or writes there
         run_dir = make_run_dir(config.run_dir)
         seed_everything(config.seed)
+        # Evaluations that may run beside training (`why_not_beside`): held-out tasks, scored without a judge.
+        judged = group_reward is not None or (val_reward is not None and val_reward is not reward)
+        evaluates = bool(val_tasks) and not judged
         # The session owns what its start opened: a start that fails releases it all itself, and a run
         # that ends in any way releases it here.
         with (
             live_view(run_dir, config.explorer),  # its address first: the page follows the run from the start
             keep_warnings(run_dir),  # run_dir/warnings.jsonl: what the run warned about, for later reading
             TrainingSession.start(
-                self.model, config, run_dir, self.engine_kind, self.engine_options, evaluates=bool(val_tasks)
+                self.model, config, run_dir, self.engine_kind, self.engine_options, evaluates=evaluates
             ) as session,
         ):
             self.session = session

@@ -11,6 +11,8 @@ import dataclasses
 import json
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -107,28 +109,49 @@ def _pinned_adapter(engine: VLLMEngine, adapter: str, prompt: list[int], loaded:
 
 def _pinned_beside_merged(engine: VLLMEngine, adapter: str, prompt: list[int], loaded: Any) -> dict:
     """The same beside merged weights: the pin is served as its difference to whatever is merged, so its
-    requests get step 3's tokens and log-probabilities while step 4's different adapter is merged."""
+    requests get step 3's tokens and log-probabilities while later steps' different adapters are merged."""
     greedy = SamplingParams(temperature=0, max_tokens=12)
 
     def ask(name: str | None) -> list[Any]:
         [result] = engine.generate([prompt], dataclasses.replace(greedy, adapter=name))
         return [result.completions[0].token_ids, result.completions[0].logprobs, result.weight_version]
 
-    other = _scaled_adapter(adapter, -0.5)  # the next step's adapter: the same factors, B scaled
+    steps = [_scaled_adapter(adapter, factor) for factor in (-0.5, 0.5)]  # later steps: B scaled
     engine.load_adapter(adapter, version=3)
     report: dict = {"reference": ask(None)}  # step 3's weights, merged
     engine.pin_adapter("evaluated", adapter, version=3)
     report["pinned_while_merged"] = ask("evaluated")  # no difference yet: the merged weights answer
     report["loaded_while_merged"] = len(loaded())
-    engine.load_adapter(other, version=4)  # now a difference of rank 16 answers the pin
+    engine.load_adapter(steps[0], version=4)  # now a difference of rank 16 answers the pin
     report["pinned"], report["served"] = ask("evaluated"), ask(None)
     report["loaded_with_difference"] = len(loaded())
+    # Step 5: the new difference is loaded before the old one goes, so it takes vLLM's last LoRA slot,
+    # the one vLLM's CPU ops read for requests without an adapter. One batch mixing the evaluation's
+    # requests with the training's: each keeps its own weights.
+    engine.load_adapter(steps[1], version=5)
+    report["pinned_again"], report["served_again"] = ask("evaluated"), ask(None)
+    names = ["evaluated", None, None, "evaluated", None]
+    mixed = engine.generate([prompt] * len(names), [dataclasses.replace(greedy, adapter=n) for n in names])
+    report["mixed"] = [
+        [name, r.completions[0].token_ids, r.completions[0].logprobs, r.weight_version]
+        for name, r in zip(names, mixed)
+    ]
+    # A request that arrives while the engine sleeps waits for the wake, and is answered by the pin as it
+    # is then: here its difference to weights merged meanwhile.
     engine.sleep()
-    engine.load_adapter(None, version=5)  # the base weights merged, while asleep, as the trainer pushes
+    with ThreadPoolExecutor(1) as pool:
+        queued = pool.submit(ask, "evaluated")
+        time.sleep(0.5)  # (held by the engine; arriving after the pushes would be answered the same)
+        engine.load_adapter(None, version=6)
+        engine.load_adapter(steps[0], version=7)
+        engine.wake()
+        report["queued_while_asleep"] = queued.result(timeout=120)
+    engine.sleep()
+    engine.load_adapter(None, version=8)  # the base weights merged, while asleep, as the trainer pushes
     engine.wake()
     report["pinned_over_base"], report["base_served"] = ask("evaluated"), ask(None)
     try:
-        engine.pin_adapter("another", adapter, version=5)  # max_adapters=2: the merged one and one pin
+        engine.pin_adapter("another", adapter, version=8)  # max_adapters=2: the merged one and one pin
     except ValueError as error:
         report["no_place"] = str(error)
     engine.unpin_adapter("evaluated")

@@ -31,6 +31,11 @@ _PEFT_PREFIX = "base_model.model."
 def read_pinnable_adapter(adapter_dir: str | os.PathLike[str]) -> LoraUpdate:
     """Read an adapter folder that can be served as a difference to merged weights: low-rank updates of
     linear weights only (a weight replaced outright, peft's `modules_to_save`, has no low-rank form)."""
+    if json.loads((Path(adapter_dir) / "adapter_config.json").read_text()).get("fan_in_fan_out"):
+        raise ValueError(
+            f"The adapter in {adapter_dir} is stored transposed (fan_in_fan_out, GPT-2 style layers), which "
+            "a merge engine cannot pin beside its merged weights; use weight_sync='lora'."
+        )
     update = read_lora_adapter(Path(adapter_dir))
     if update.replacements:
         names = ", ".join(sorted(update.replacements)[:3])

@@ -28,8 +28,12 @@ themselves. So `install()` also replaces the wrapper's `add_lora_linear` (how ev
 applies its adapters) with one that works out the batch's `BatchPlan` once per step, from the per-token
 indices vLLM writes at each step, and runs each slice's two products directly. Anything it does not
 expect (a caller's own buffer, extra arguments, other shapes) goes to vLLM's code; the `bgmv_*` ops are
-replaced too, for the wrapper's other callers. Both compute vLLM's products per token;
-`tests/test_engine_cpu_lora.py` compares them.
+replaced too, for the wrapper's other callers. Both compute vLLM's products per token, but for one
+thing: a token without an adapter (slot -1) gets nothing added, as vLLM's GPU kernels skip it, where
+vLLM's CPU ops index the last slot with it (`weights[-1]`) and so give it whichever adapter sits there.
+A batch mixes such tokens with adapted ones whenever an adapter is pinned beside merged weights (an
+evaluation beside training) or a role has no adapter yet; `tests/test_engine_cpu_lora.py` compares the
+two, with those tokens' inputs zeroed for vLLM's.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ class BatchPlan:
     """
 
     indices: torch.Tensor
-    """The slot of each token (-1: none, which vLLM's ops read as the last slot)."""
+    """The slot of each token (-1: none; see `without_unadapted`)."""
     low: int
     """The lowest slot index in the batch."""
     high: int
@@ -87,6 +91,16 @@ class BatchPlan:
     """What the plan was made from (for a cache: the indices' version and length)."""
     _stacks: dict[int, tuple[int, int, torch.Tensor]] = field(default_factory=dict)
     _one_hots: dict[int, torch.Tensor] = field(default_factory=dict)
+    _adapted: torch.Tensor | None = None
+
+    def without_unadapted(self, inputs: torch.Tensor) -> torch.Tensor:
+        """`inputs` (float32, one row per token) with the rows of tokens that have no adapter (-1) zeroed,
+        so that every product gives them nothing, whichever slot the stacking reads for them."""
+        if self.low >= 0:
+            return inputs
+        if self._adapted is None:
+            self._adapted = (self.indices >= 0).to(inputs.dtype).unsqueeze(1)
+        return inputs * self._adapted
 
     @property
     def tokens(self) -> int:
@@ -99,7 +113,7 @@ class BatchPlan:
         import torch
 
         if slots not in self._stacks:
-            if self.low < 0:  # -1 selects the last slot, as `weights[-1]` in vLLM's ops: use every slot
+            if self.low < 0:  # -1 (no adapter, inputs zeroed) reads the last slot: stack every slot
                 first, used, local = 0, slots, self.indices % slots
             else:
                 first, used, local = self.low, self.high - self.low + 1, self.indices - self.low
@@ -181,7 +195,7 @@ def lora_products(inputs: torch.Tensor, weights: torch.Tensor, plan: BatchPlan) 
     """
     slots = _float32_slots(weights)
     count, out_features, in_features = slots.shape
-    x = inputs.float()
+    x = plan.without_unadapted(inputs.float())
     tokens = plan.tokens
     if tokens == 0:
         return x.new_empty((0, out_features))
@@ -219,7 +233,8 @@ def lora_delta(
     count, rank, in_features = a_slots.shape
     first, used, _ = plan.stack(count)
     tokens = plan.tokens
-    every_slot = inputs.float() @ a_slots[first : first + used].reshape(used * rank, in_features).T
+    x = plan.without_unadapted(inputs.float())
+    every_slot = x @ a_slots[first : first + used].reshape(used * rank, in_features).T
     spread = every_slot.view(tokens, used, rank) * plan.one_hot(count)
     if scale != 1.0:
         spread = spread * scale

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -154,13 +155,14 @@ class VLLMEngine(EngineBase):
         self._adapters = ServedAdapters(
             self._write, self._call, max_adapters, merged=self.weight_sync == "merge"
         )
-        self._merged_pins = MergedPins(self._adapters, max_lora_rank)
         self._merged = MergedAdapterWriter(
             self.model.path,
             self._engine.model_config.dtype,  # type: ignore[arg-type]  # a torch.dtype once vLLM resolved it
             self._run_on_worker,
             self._reload,
         )
+        self._merged_pins = MergedPins(self._adapters, self._merged, self.max_adapters, max_lora_rank)
+        self._pins_lock = threading.Lock()  # pins, pushes and wakes change the adapters one at a time
         self._loop = StepLoop(self._engine, before_step=self._use_serving_threads, on_start=self._use_device)
         _running_engines.add(self)
         self.wake()
@@ -190,8 +192,14 @@ class VLLMEngine(EngineBase):
             on_cancel=lambda: self._loop.abort(request_id),
             copies=params.n // params.distinct_samples,
         )
-        lora = self._adapters.request_for(params.adapter)
-        self._loop.add_request(request_id, prompt_token_ids, self._vllm_params(params, deltas), lora, stream)
+        adapter = params.adapter  # its LoRA request is looked up on the engine thread, as weights change
+        self._loop.add_request(
+            request_id,
+            prompt_token_ids,
+            self._vllm_params(params, deltas),
+            lambda: self._adapters.request_for(adapter),
+            stream,
+        )
         return stream, self.weight_version_for(params.adapter)
 
     def _vllm_params(self, params: SamplingParams, deltas: bool) -> VLLMSamplingParams:
@@ -237,17 +245,17 @@ class VLLMEngine(EngineBase):
                 "weights serves every request. Start the engine with weight_sync='lora'."
             )
         self._wake_weights()
-        if self.weight_sync == "lora":
-            self._adapters.load(path, role)
-        elif self._merged_pins:  # with no request running, none sees new weights under an old difference
-            self._loop.call_when_idle(lambda _: self._merge_and_follow(path))
-        else:
-            self._merged.load(path)
-        self._version = version
+        with self._pins_lock:
+            if self.weight_sync == "lora":
+                self._adapters.load(path, role)
+            elif self._merged_pins:  # with no request running, none sees new weights under an old difference
+                self._loop.call_when_idle(lambda _: self._merged_pins.load(path, lambda: self._now(version)))
+            else:
+                self._merged.load(path)
+            self._version = version
 
-    def _merge_and_follow(self, path: str | Path | None) -> None:
-        self._merged.load(path)
-        self._merged_pins.follow(self._merged.served)
+    def _now(self, version: WeightVersion) -> None:
+        self._version = version
 
     def pin_adapter(self, name: str, path: str | Path | None, version: WeightVersion) -> None:
         """Answer requests that name adapter `name` (`SamplingParams.adapter`) with the adapter folder
@@ -264,23 +272,19 @@ class VLLMEngine(EngineBase):
                 "max_adapters=2 (with weight_sync='merge' the merged weights take one place)."
             )
         self._wake_weights()
-        if self.weight_sync == "lora":
-            self._adapters.pin(name, path, version)
-            return
-        if not self._merged.serves_known:
-            raise RuntimeError(
-                f"Cannot pin {name!r}: the engine serves full weights given to update_weights, not base + "
-                "an adapter, so no adapter difference expresses the pin. Load an adapter first."
-            )
-        merged = self._merged.served
-        self._loop.call(lambda _: self._merged_pins.pin(name, path, version, merged))
+        with self._pins_lock:
+            if self.weight_sync == "lora":
+                self._adapters.pin(name, path, version)
+            else:
+                self._loop.call(lambda _: self._merged_pins.pin(name, path, version))
 
     def unpin_adapter(self, name: str) -> None:
         """Release the pinned adapter `name` (`pin_adapter`) once no request runs on it."""
-        if self.weight_sync == "merge":
-            self._loop.call(lambda _: self._merged_pins.unpin(name))
-        else:
-            self._adapters.unpin(name)
+        with self._pins_lock:
+            if self.weight_sync == "merge":
+                self._loop.call(lambda _: self._merged_pins.unpin(name))
+            else:
+                self._adapters.unpin(name)
 
     def weight_version_for(self, adapter: str | None) -> WeightVersion:
         """The weights version that answers a request naming `adapter`: a pinned adapter's own, else the
@@ -302,11 +306,13 @@ class VLLMEngine(EngineBase):
         With `weight_sync="lora"`, vLLM drops every loaded adapter after a reload, and so does this engine.
         """
         self._wake_weights()
-        self._reload(dict(weights.items() if isinstance(weights, Mapping) else weights))
-        self._merged.forget_base()
-        self._merged_pins.forget()
-        self._adapters.clear()  # the new weights are the whole model: no adapter on top of them
-        self._version = version
+        with self._pins_lock:
+            if self._merged_pins:  # their requests end first: no difference applies to whole new weights
+                self._loop.call_when_idle(lambda _: self._merged_pins.forget())
+            self._reload(dict(weights.items() if isinstance(weights, Mapping) else weights))
+            self._merged.forget_base()
+            self._adapters.clear()  # the new weights are the whole model: no adapter on top of them
+            self._version = version
 
     def _reload(self, weights: dict[str, torch.Tensor]) -> None:
         dtype = self._engine.model_config.dtype
@@ -358,7 +364,8 @@ class VLLMEngine(EngineBase):
         self._loop.call(lambda engine: engine.wake_up(tags=["kv_cache"]))
         # vLLM #53888: after a level-1 wake the LoRA state was found silently stale on some GPUs (the
         # adapter stopped applying). Loading the served adapters again under new ids costs ~50 ms each.
-        self._adapters.reload()
+        with self._pins_lock:
+            self._adapters.reload()
 
     def _wake_weights(self) -> None:
         # Weights are written only while their memory is mapped: on a GPU, level-1 sleep unmaps the weights

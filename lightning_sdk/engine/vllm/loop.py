@@ -3,6 +3,8 @@
 Requests from any thread or event loop are queued as commands; between two engine steps the thread adds
 them, so a request that arrives while others decode joins the running batch at the next step. Weight
 updates and other engine calls run on the same thread, between steps, so vLLM is never used concurrently.
+A request that arrives while the engine sleeps is held here and handed to vLLM when it wakes, with the
+LoRA adapter that answers its name then: weights and adapters loaded meanwhile apply to it whole.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class StepLoop:
         self._on_start = on_start
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._streams: dict[str, tuple[RequestStream, bool]] = {}
+        self._held: dict[str, tuple[Callable[[], None], RequestStream]] = {}  # arrived while asleep
         self._when_idle: list[Callable[[], None]] = []  # commands waiting for the running requests to end
         self._dead: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="lightning-sdk-vllm", daemon=True)
@@ -54,10 +57,11 @@ class StepLoop:
         request_id: str,
         prompt_token_ids: Sequence[int],
         params: SamplingParams,
-        lora: LoRARequest | None,
+        lora: Callable[[], LoRARequest | None],
         stream: RequestStream,
     ) -> None:
-        """Queue a request (with vLLM `SamplingParams`); its outputs go to `stream`."""
+        """Queue a request (with vLLM `SamplingParams`); its outputs go to `stream`. `lora` names the LoRA
+        request that answers it, asked when the request reaches vLLM (on the engine thread)."""
         with_top = bool(params.logprobs)
         prompt: TokensPrompt = {"prompt_token_ids": list(prompt_token_ids)}
 
@@ -65,8 +69,11 @@ class StepLoop:
             if self._dead is not None:
                 stream.fail(EngineError(f"The vLLM engine stopped after an error: {self._dead}"))
                 return
+            if self._engine.is_sleeping():
+                self._held[request_id] = (add, stream)
+                return
             try:
-                self._engine.add_request(request_id, prompt, params, lora_request=lora)
+                self._engine.add_request(request_id, prompt, params, lora_request=lora())
             except Exception as error:  # noqa: BLE001 - reported to the caller, who turns it into a 4xx/5xx
                 stream.fail(_as_request_error(error))
                 return
@@ -78,6 +85,7 @@ class StepLoop:
         """Stop a request early (its caller went away)."""
 
         def abort() -> None:
+            self._held.pop(request_id, None)
             if self._streams.pop(request_id, None) is not None:
                 self._engine.abort_request([request_id])
 
@@ -129,8 +137,8 @@ class StepLoop:
 
     @property
     def busy(self) -> bool:
-        """True while requests are in flight."""
-        return bool(self._streams)
+        """True while requests are in flight (or held for the wake)."""
+        return bool(self._streams or self._held)
 
     def _post(self, command: Callable[[], None]) -> None:
         if not self._thread.is_alive():
@@ -174,6 +182,10 @@ class StepLoop:
                 self._fail_all(EngineError("The engine was shut down while the request was running."))
                 return False
             command()
+        if self._held and not self._engine.is_sleeping():  # awake again: to vLLM, in arrival order
+            held, self._held = self._held, {}
+            for add, _ in held.values():
+                add()
         if self._steppable():
             self._step()
         elif self._when_idle:  # nothing running (asleep, or the engine is broken: the calls report that)
@@ -198,6 +210,9 @@ class StepLoop:
                 stream.finish()
 
     def _fail_all(self, error: BaseException) -> None:
+        held, self._held = self._held, {}
+        for _, stream in held.values():
+            stream.fail(error)
         streams, self._streams = self._streams, {}
         for request_id, (stream, _) in streams.items():
             stream.fail(error)

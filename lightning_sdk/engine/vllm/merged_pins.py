@@ -3,10 +3,14 @@ merged weights, through vLLM's LoRA path, while every other request keeps the me
 
 A merge engine holds one set of weights, `base + merged`. To answer requests that name a pinned adapter
 as `base + pinned` would, the pin is loaded as a LoRA adapter holding `pinned - merged`
-(`lightning_sdk.engine.lora.difference`), and written again whenever the merged weights change
-(`follow`). While the pinned adapter is the merged one the difference is empty and its requests take
-the merged weights as they are, with no LoRA cost. The engine changes the merged weights and the
-differences together with no request running, so no request sees one without the other.
+(`lightning_sdk.engine.lora.difference`), and loaded again whenever the merged weights change: the
+engine works out every pin's new difference first (refusing what cannot be expressed before any weight
+is written), then writes the merged weights and the differences together with no request running
+(`load`). While the pinned adapter is the merged one the difference is empty
+and its requests take the merged weights as they are, with no LoRA cost.
+
+vLLM may load an adapter again from its folder while a request that named it is still queued, so a
+replaced difference's folder is kept until the next replacement of that pin (or `close`).
 """
 
 from __future__ import annotations
@@ -14,54 +18,86 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from lightning_sdk.engine.lora.difference import adapter_difference, read_pinnable_adapter, write_adapter
-from lightning_sdk.engine.lora.merge import LoraUpdate
+from lightning_sdk.engine.lora.merge import LoraFactors, LoraUpdate, read_lora_adapter
 from lightning_sdk.engine.types import WeightVersion
 from lightning_sdk.engine.vllm.adapters import ServedAdapters
+from lightning_sdk.engine.vllm.merge import MergedAdapterWriter
 
 __all__ = ["MergedPins"]
 
 
 class MergedPins:
-    """The pins of one merge engine: what each answers as, and the difference folder vLLM loaded for it.
+    """The pins of one merge engine: what each answers as, and the folder vLLM loaded its difference from.
+
+    Its methods run on the engine's thread, between steps.
 
     Args:
         adapters: the engine's LoRA requests by name (`ServedAdapters`), which hold the pins.
+        merged: what writes the merged weights, and knows which adapter they hold.
+        max_adapters: the engine's places, the merged weights' included.
         max_rank: the engine's `max_lora_rank`: a difference is at most the sum of two adapters' ranks.
     """
 
-    def __init__(self, adapters: ServedAdapters, max_rank: int) -> None:
-        self._adapters = adapters
+    def __init__(
+        self, adapters: ServedAdapters, merged: MergedAdapterWriter, max_adapters: int, max_rank: int
+    ) -> None:
+        self._adapters, self._merged = adapters, merged
+        self._max_adapters = max_adapters
         self._max_rank = max_rank
         self._sources: dict[str, tuple[LoraUpdate | None, WeightVersion]] = {}
-        self._folders: dict[str, Path] = {}
+        self._folders: dict[str, Path] = {}  # the folder each pin's difference was loaded from
+        self._retired: dict[str, Path] = {}  # the one before, for requests still queued on it
         self._root: Path | None = None
         self._written = 0
 
     def __bool__(self) -> bool:
         return bool(self._sources)
 
-    def pin(
-        self, name: str, path: str | Path | None, version: WeightVersion, merged: LoraUpdate | None
-    ) -> None:
+    def pin(self, name: str, path: str | Path | None, version: WeightVersion) -> None:
         """Answer requests naming `name` as `base + adapter(path)` (None: the base weights), as weights
-        `version`, given the adapter merged now (`merged`)."""
+        `version`, beside the adapter merged now."""
+        if not self._merged.serves_known:
+            raise RuntimeError(
+                f"Cannot pin {name!r}: the engine serves full weights given to update_weights, not base + "
+                "an adapter, so no adapter difference expresses the pin. Load an adapter first."
+            )
+        taken = 1 + len(self._sources) - (name in self._sources)  # the merged weights hold a place
+        if taken >= self._max_adapters:
+            raise ValueError(
+                f"This engine serves at most {self._max_adapters} adapter(s) at once, the merged weights "
+                f"included, and every place is taken; start it with max_adapters >= {taken + 1} to pin "
+                f"{name!r} too."
+            )
         source = None if path is None else read_pinnable_adapter(path)
-        self._serve(name, source, version, merged)
+        difference = self._difference(name, source, self._merged.served)
+        self._serve(name, difference, version)
         self._sources[name] = (source, version)
 
-    def follow(self, merged: LoraUpdate | None) -> None:
-        """The merged weights are now `base + merged`: serve every pin's difference to them."""
-        for name, (source, version) in self._sources.items():
-            self._serve(name, source, version, merged)
+    def load(self, path: str | Path | None, merged: Callable[[], None]) -> None:
+        """Merge the adapter in `path` (None: the base weights) and serve each pin's difference to it; run
+        with no request in flight. Every difference is worked out first, so one that cannot be served
+        raises before any weight changes; `merged` is called once the weights are written. If a
+        difference then fails to load, every pin is dropped (none answers wrongly) and the error raised."""
+        update = None if path is None else read_lora_adapter(Path(path))
+        differences = {name: self._difference(name, src, update) for name, (src, _) in self._sources.items()}
+        self._merged.load(path)
+        merged()
+        try:
+            for name, difference in differences.items():
+                self._serve(name, difference, self._sources[name][1])
+        except BaseException:
+            self.forget()
+            raise
 
     def unpin(self, name: str) -> None:
-        """Stop serving `name` (its requests must have ended)."""
+        """Stop serving `name`; its folder is kept until `close` or the name is pinned again."""
         self._sources.pop(name, None)
         self._adapters.unpin(name)
-        self._remove_folder(self._folders.pop(name, None))
+        self._retire(name)
 
     def forget(self) -> None:
         """Full weights replaced the merged ones: no pin can be expressed against them any more (the
@@ -73,38 +109,60 @@ class MergedPins:
         """Remove every difference folder (the engine shuts down)."""
         self._sources.clear()
         self._folders.clear()
+        self._retired.clear()
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
 
-    def _serve(
-        self, name: str, source: LoraUpdate | None, version: WeightVersion, merged: LoraUpdate | None
-    ) -> None:
+    def _difference(
+        self, name: str, source: LoraUpdate | None, merged: LoraUpdate | None
+    ) -> dict[str, LoraFactors]:
+        if merged is not None and merged.replacements:
+            raise ValueError(
+                f"Cannot serve the pinned {name!r} beside an adapter that replaces whole weights "
+                f"({', '.join(sorted(merged.replacements)[:3])}: peft modules_to_save): no adapter "
+                "difference undoes them. Use weight_sync='lora', or unpin first."
+            )
         difference = adapter_difference(source, merged)
         rank = max((factors.a.shape[0] for factors in difference.values()), default=0)
         if rank > self._max_rank:
             raise ValueError(
-                f"Pinning {name!r} beside the merged weights takes an adapter of rank {rank} (the sum of the "
-                f"two adapters' ranks), above the engine's max_lora_rank={self._max_rank}; start the engine "
-                f"with max_lora_rank >= {rank}."
+                f"Serving the pinned {name!r} beside the merged weights takes an adapter of rank {rank} (the "
+                f"sum of the two adapters' ranks), above the engine's max_lora_rank={self._max_rank}; "
+                f"start the engine with max_lora_rank >= {rank}."
             )
-        previous = self._folders.pop(name, None)
+        return difference
+
+    def _serve(self, name: str, difference: dict[str, LoraFactors], version: WeightVersion) -> None:
         if not difference:  # the pinned weights are the merged ones: no adapter on top of them
             self._adapters.pin(name, None, version)
-        else:
-            folder = write_adapter(difference, self._new_folder(name))
+            self._retire(name)
+            return
+        folder = self._new_folder(name)
+        try:
+            write_adapter(difference, folder)
             self._adapters.pin(name, folder, version)  # the new one replaces the old one at once
-            self._folders[name] = folder
-        self._remove_folder(previous)
+        except BaseException:
+            self._remove_folder(folder)
+            raise
+        self._retire(name)
+        self._folders[name] = folder
+
+    def _retire(self, name: str) -> None:
+        """The pin's current folder becomes its retired one; the retired one before is removed."""
+        current = self._folders.pop(name, None)
+        if current is not None:
+            self._remove_folder(self._retired.pop(name, None))
+            self._retired[name] = current
 
     def _new_folder(self, name: str) -> Path:
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="lightning-sdk-pinned-"))
         self._written += 1
-        return self._root / f"{name}-{self._written}"
+        return self._root / f"pin-{self._written}"  # not named after the pin: any name is safe
 
     @staticmethod
     def _remove_folder(folder: Path | None) -> None:
-        if folder is not None:  # vLLM read it when the adapter was added; a wake reads the newest one
+        if folder is not None:
             with contextlib.suppress(OSError):
                 shutil.rmtree(folder)

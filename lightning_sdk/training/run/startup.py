@@ -88,7 +88,8 @@ def start_engine(
     The engine serves in the policy's dtype (`Placement.engine_dtype_while_training`) unless
     `engine_options` name another; a caller's engine in another dtype is used as it is, with a warning.
     What the engine prints while it starts goes to `output` (`run_dir/engine.log`), when given; `evaluates`:
-    the run has held-out tasks, whose evaluations may need a place to pin an adapter."""
+    the run's evaluations may run beside training (held-out tasks, no judge), and need a place to pin
+    the evaluated adapter (`lightning_sdk.training.evaluation.why_not_beside`)."""
     policy_dtype = placement.engine_dtype_while_training(config.dtype)
     if not isinstance(engine_kind, str):  # an Engine the caller built and keeps (tests, notebooks)
         warn_if_dtypes_differ(getattr(engine_kind, "dtype", None), policy_dtype, "the engine passed to fit")
@@ -105,8 +106,10 @@ def start_engine(
         options.setdefault("weight_sync", "lora")
         options.setdefault("max_adapters", len(roles.adapters))
     uses_vllm = engine_kind == "vllm" or (engine_kind == "auto" and vllm_available())
-    if uses_vllm and roles is None and config.max_staleness and config.eval_beside_training and evaluates:
+    beside = config.max_staleness and config.eval_beside_training and evaluates and config.runners is None
+    if uses_vllm and roles is None and beside:
         options.setdefault("max_adapters", 2)  # a place to pin the evaluated step's adapter
+        room_for_differences(config.lora_rank, options, placement.on_gpu)
     if uses_vllm:
         check_lora_rank_fits_vllm(config.lora_rank, options)  # before minutes of model loading
     elif roles is not None:
@@ -162,6 +165,24 @@ def check_engine_serves_roles(engine: Engine, config: TrainerConfig) -> None:
             f"weight_sync={engine.weight_sync!r}, max_adapters={engine.max_adapters}. Let the trainer "
             f"start the engine, or build VLLMEngine(weight_sync='lora', max_adapters={needed})."
         )
+
+
+def room_for_differences(lora_rank: int, options: dict[str, Any], on_gpu: bool) -> None:
+    """Beside merged weights a pinned adapter is served as its difference to the merged one, of twice the
+    rank: raise the engine's `max_lora_rank` to the smallest vLLM takes that holds it, unless the
+    caller set one (a lower one makes evaluations wait, and the run says why)."""
+    import inspect
+
+    from lightning_sdk.engine.vllm.args import choose_weight_sync
+    from lightning_sdk.engine.vllm.engine import VLLMEngine
+
+    merge = choose_weight_sync(str(options.get("weight_sync", "auto")), on_cpu=not on_gpu) == "merge"
+    default = inspect.signature(VLLMEngine).parameters["max_lora_rank"].default
+    if not merge or "max_lora_rank" in options or 2 * lora_rank <= default:
+        return
+    high_enough = [rank for rank in _vllm_lora_ranks() if rank >= 2 * lora_rank]
+    if high_enough:
+        options["max_lora_rank"] = high_enough[0]
 
 
 def check_lora_rank_fits_vllm(
