@@ -73,6 +73,7 @@ def test_a_request_held_while_asleep_is_answered_by_the_pin_as_it_is_at_the_wake
     # Asked while asleep, then two pushes changed the merged weights (and the pin's difference) before
     # the wake: vLLM gets the request at the wake, with the difference to the weights it then runs on.
     pinned = merge_report["pinned"]
+    assert pinned["held_while_asleep"]
     same_answer(pinned["queued_while_asleep"], pinned["reference"], 3)
 
 

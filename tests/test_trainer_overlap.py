@@ -143,11 +143,11 @@ def test_fit_with_rollouts_running_through_the_update(
     assert [r["step"] for r in evaluations] == [0, 2, 3] and all(r["time_eval_s"] > 0 for r in evaluations)
     assert "eval_groups_in_flight" not in evaluations[0]  # before the first step: nothing runs yet
     assert all("eval_groups_in_flight" in r and "time_eval_wait_s" not in r for r in evaluations[1:])
-    # The session's engine merges each adapter into its one set of weights (the CPU's default) and was
-    # started without a place to pin another (max_adapters=1, where the trainer starts its own with 2):
-    # the next update waits for the evaluation, and the run says why.
+    # The session's engine merges each adapter into its one set of weights (the CPU's default), with no
+    # place to pin another (max_adapters=1, as the trainer starts a merge engine unless asked): the next
+    # update waits for the evaluation, and the run says why.
     assert not any("eval_beside_training" in r for r in evaluations)
-    assert "Each evaluation makes the next update wait for it: the engine has no place" in caplog.text
+    assert "Each evaluation makes the next update wait for it: the engine merges each adapter" in caplog.text
     # Each rollout's calls named its lane, which the endpoint samples by (tests/test_serving_openai.py):
     # the held-out tasks' the evaluation's, the training tasks' the training temperature's.
     assert {lane for task_id, lane in LANES_SEEN if task_id >= 100} == {"eval"}
@@ -304,11 +304,11 @@ def beside_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_evaluations_between_steps_run_beside_training_on_the_weights_they_evaluate(
     beside_report: dict[str, Any],
 ) -> None:
-    # tests/scripts/eval_beside_fit.py: the engine the trainer starts (on a CPU, merged weights with a place
-    # to pin the evaluated adapter as a difference), max_staleness=1, an evaluation after every
-    # step whose episodes each wait until training logged the next step. Step 1's evaluation is recorded
-    # after step 2 trained, and step 2's after step 3: no update waited for them. The first (nothing to
-    # train beside) and the final one (nothing left to train) run on their own.
+    # tests/scripts/eval_beside_fit.py: the engine the trainer starts, asked for a place to pin (on a CPU,
+    # merged weights, the evaluated adapter pinned as a difference), max_staleness=1, an evaluation after
+    # every step whose episodes each wait until training logged the next step. Step 1's evaluation is
+    # recorded after step 2 trained, and step 2's after step 3: no update waited for them. The first
+    # (nothing to train beside) and the final one (nothing left to train) run on their own.
     assert beside_report["order"] == [
         [0, "eval", 0],
         [1, "step", 0],

@@ -75,7 +75,7 @@ class EngineBase:
                 for prompt, p in zip(prompts, all_params)
             ]
             return [
-                ResultBuilder.collect(stream.wait(), list(prompt), p.n, version)
+                ResultBuilder.collect(stream.wait(), list(prompt), p.n, stream.version_or(version))
                 for (stream, version), prompt, p in zip(submitted, prompts, all_params)
             ]
         finally:
@@ -90,6 +90,7 @@ class EngineBase:
             builder = ResultBuilder(list(prompt_token_ids), params.n, version)
             async for delta in stream:
                 builder.add(delta)
+            builder.weight_version = stream.version_or(version)
             return builder.build()
         finally:
             gate.leave()

@@ -38,8 +38,15 @@ class RequestStream:
         self._sync_queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._on_cancel = on_cancel
         self._finished = False
+        self.answered_by: tuple[WeightVersion] | None = None
+        """The weights version that answers the request, once the engine knows it (a request held while
+        the engine slept is answered by the weights loaded at the wake); None: the one known at submit."""
         self.cancelled = False
         """True once the consumer stopped reading before the end (workers may stop generating)."""
+
+    def version_or(self, version: WeightVersion) -> WeightVersion:
+        """`answered_by` when the engine set it, else `version` (the one known when it was submitted)."""
+        return version if self.answered_by is None else self.answered_by[0]
 
     # -- worker side -------------------------------------------------------------------------------------
     def push(self, delta: CompletionDelta) -> None:

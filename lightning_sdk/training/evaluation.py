@@ -126,6 +126,12 @@ def why_not_beside(session: TrainingSession, judged: bool) -> str | None:
         kind = type(engine).__name__
         return f"the engine cannot keep an evaluated step's adapter beside the newer ones ({kind})"
     if getattr(engine, "max_adapters", 0) < 2:
+        if getattr(engine, "weight_sync", None) == "merge":
+            return (
+                "the engine merges each adapter into its weights and has no place to pin the evaluated one "
+                "beside them (engine_options={'max_adapters': 2} gives one; on a CPU it made runs no "
+                "shorter, see docs/trainer.md)"
+            )
         return "the engine has no place for a second adapter (max_adapters=1; the trainer starts it with 2)"
     rank = 2 * session.config.lora_rank  # merged weights: the pin is the difference of two adapters
     if getattr(engine, "weight_sync", None) == "merge" and rank > getattr(engine, "max_lora_rank", 0):

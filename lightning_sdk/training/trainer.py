@@ -139,7 +139,9 @@ class Trainer:
         run_dir = make_run_dir(config.run_dir)
         seed_everything(config.seed)
         # Evaluations that may run beside training (`why_not_beside`): held-out tasks, scored without a judge.
-        judged = group_reward is not None or (val_reward is not None and val_reward is not reward)
+        judged = group_reward is not None or (
+            reward is not None and val_reward is not None and val_reward is not reward
+        )
         evaluates = bool(val_tasks) and not judged
         # The session owns what its start opened: a start that fails releases it all itself, and a run
         # that ends in any way releases it here.

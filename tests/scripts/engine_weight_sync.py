@@ -141,7 +141,10 @@ def _pinned_beside_merged(engine: VLLMEngine, adapter: str, prompt: list[int], l
     engine.sleep()
     with ThreadPoolExecutor(1) as pool:
         queued = pool.submit(ask, "evaluated")
-        time.sleep(0.5)  # (held by the engine; arriving after the pushes would be answered the same)
+        deadline = time.monotonic() + 30
+        while not engine._loop.busy and time.monotonic() < deadline:  # held by the engine until the wake
+            time.sleep(0.01)
+        report["held_while_asleep"] = engine._loop.busy
         engine.load_adapter(None, version=6)
         engine.load_adapter(steps[0], version=7)
         engine.wake()

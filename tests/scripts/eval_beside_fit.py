@@ -2,7 +2,8 @@
 training, in its own process (the evaluated step's adapter is pinned, which needs an engine with a place
 to pin it, and vLLM supports one engine per process). Prints one JSON report; run by
 tests/test_trainer_overlap.py. Arguments: a scratch folder, and optionally the weight sync (default
-"auto": on a CPU the merged weights, beside which the pin is served as a difference).
+"auto": on a CPU the merged weights, beside which the pin is served as a difference, asked for with
+engine_options={"max_adapters": 2}).
 
 Each evaluation episode waits in its "tool" until the trainer has logged a step after the one being
 evaluated, then asks the model: it ends only if training went on without it, and its call must still be
@@ -83,7 +84,7 @@ def main(scratch: Path, weight_sync: str = "auto") -> dict[str, Any]:
     tasks = [{"id": i, "held_out": False} for i in range(8)]
     held_out = [{"id": 100 + i, "held_out": True} for i in range(2)]
     started = time.monotonic()
-    trainer = ls.Trainer(config=config, engine_options={"max_model_len": 512})
+    trainer = ls.Trainer(config=config, engine_options={"max_model_len": 512, "max_adapters": 2})
     result = trainer.fit(waiter, tasks, val_dataset=held_out, reward=reward)
     records = read_metrics(RUN_DIR / "metrics.jsonl")
     with EpisodeStore(RUN_DIR / "evaluations.sqlite") as store:

@@ -197,7 +197,7 @@ class VLLMEngine(EngineBase):
             request_id,
             prompt_token_ids,
             self._vllm_params(params, deltas),
-            lambda: self._adapters.request_for(adapter),
+            lambda: (self._adapters.request_for(adapter), self.weight_version_for(adapter)),
             stream,
         )
         return stream, self.weight_version_for(params.adapter)
@@ -307,12 +307,22 @@ class VLLMEngine(EngineBase):
         """
         self._wake_weights()
         with self._pins_lock:
-            if self._merged_pins:  # their requests end first: no difference applies to whole new weights
-                self._loop.call_when_idle(lambda _: self._merged_pins.forget())
-            self._reload(dict(weights.items() if isinstance(weights, Mapping) else weights))
+            whole = dict(weights.items() if isinstance(weights, Mapping) else weights)
+            if self._merged_pins:  # pinned requests end first, and none starts between the two
+                self._loop.call_when_idle(lambda _: self._unpin_all_and_reload(whole))
+            else:
+                self._reload(whole)
             self._merged.forget_base()
             self._adapters.clear()  # the new weights are the whole model: no adapter on top of them
             self._version = version
+
+    def _unpin_all_and_reload(self, weights: dict[str, torch.Tensor]) -> None:
+        self._merged_pins.forget()
+        self._reload(weights)
+
+    def _wake_cache_and_reload_adapters(self, engine: LLMEngine) -> None:
+        engine.wake_up(tags=["kv_cache"])
+        self._adapters.reload()
 
     def _reload(self, weights: dict[str, torch.Tensor]) -> None:
         dtype = self._engine.model_config.dtype
@@ -361,11 +371,11 @@ class VLLMEngine(EngineBase):
             return
         self._wake_weights()
         self._release_cached_gpu_memory()
-        self._loop.call(lambda engine: engine.wake_up(tags=["kv_cache"]))
         # vLLM #53888: after a level-1 wake the LoRA state was found silently stale on some GPUs (the
-        # adapter stopped applying). Loading the served adapters again under new ids costs ~50 ms each.
+        # adapter stopped applying). Loading the served adapters again under new ids costs ~50 ms each;
+        # in the same call as the wake, so requests held while asleep reach vLLM with the new ids.
         with self._pins_lock:
-            self._adapters.reload()
+            self._loop.call(self._wake_cache_and_reload_adapters)
 
     def _wake_weights(self) -> None:
         # Weights are written only while their memory is mapped: on a GPU, level-1 sleep unmaps the weights

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lightning_sdk.engine.streams import RequestStream
-from lightning_sdk.engine.types import CompletionDelta, EngineError
+from lightning_sdk.engine.types import CompletionDelta, EngineError, WeightVersion
 
 if TYPE_CHECKING:
     from vllm import SamplingParams, TokensPrompt
@@ -57,11 +57,12 @@ class StepLoop:
         request_id: str,
         prompt_token_ids: Sequence[int],
         params: SamplingParams,
-        lora: Callable[[], LoRARequest | None],
+        lora: Callable[[], tuple[LoRARequest | None, WeightVersion]],
         stream: RequestStream,
     ) -> None:
-        """Queue a request (with vLLM `SamplingParams`); its outputs go to `stream`. `lora` names the LoRA
-        request that answers it, asked when the request reaches vLLM (on the engine thread)."""
+        """Queue a request (with vLLM `SamplingParams`); its outputs go to `stream`. `lora` gives the LoRA
+        request that answers it and the weights version that does, asked when the request reaches vLLM
+        (on the engine thread); the version goes to `stream.answered_by`."""
         with_top = bool(params.logprobs)
         prompt: TokensPrompt = {"prompt_token_ids": list(prompt_token_ids)}
 
@@ -72,8 +73,10 @@ class StepLoop:
             if self._engine.is_sleeping():
                 self._held[request_id] = (add, stream)
                 return
+            lora_request, version = lora()
+            stream.answered_by = (version,)
             try:
-                self._engine.add_request(request_id, prompt, params, lora_request=lora())
+                self._engine.add_request(request_id, prompt, params, lora_request=lora_request)
             except Exception as error:  # noqa: BLE001 - reported to the caller, who turns it into a 4xx/5xx
                 stream.fail(_as_request_error(error))
                 return
@@ -182,10 +185,7 @@ class StepLoop:
                 self._fail_all(EngineError("The engine was shut down while the request was running."))
                 return False
             command()
-        if self._held and not self._engine.is_sleeping():  # awake again: to vLLM, in arrival order
-            held, self._held = self._held, {}
-            for add, _ in held.values():
-                add()
+            self._release_held()  # right after the command that woke the engine: in arrival order
         if self._steppable():
             self._step()
         elif self._when_idle:  # nothing running (asleep, or the engine is broken: the calls report that)
@@ -208,6 +208,12 @@ class StepLoop:
             if output.finished:
                 del self._streams[output.request_id]
                 stream.finish()
+
+    def _release_held(self) -> None:
+        """Hand the requests held while the engine slept to vLLM, oldest first, once it is awake."""
+        while self._held and not self._engine.is_sleeping():
+            add, _ = self._held.pop(next(iter(self._held)))
+            add()
 
     def _fail_all(self, error: BaseException) -> None:
         held, self._held = self._held, {}

@@ -9,8 +9,9 @@ is written), then writes the merged weights and the differences together with no
 (`load`). While the pinned adapter is the merged one the difference is empty
 and its requests take the merged weights as they are, with no LoRA cost.
 
-vLLM may load an adapter again from its folder while a request that named it is still queued, so a
-replaced difference's folder is kept until the next replacement of that pin (or `close`).
+vLLM loads an adapter again from its folder when a running request still names a removed one, so a
+replaced (or unpinned) difference's folder is kept until the next `load`, which runs with no request
+in flight, or `close`.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class MergedPins:
         self._max_rank = max_rank
         self._sources: dict[str, tuple[LoraUpdate | None, WeightVersion]] = {}
         self._folders: dict[str, Path] = {}  # the folder each pin's difference was loaded from
-        self._retired: dict[str, Path] = {}  # the one before, for requests still queued on it
+        self._retired: list[Path] = []  # folders replaced since the last load, for requests still on them
         self._root: Path | None = None
         self._written = 0
 
@@ -84,9 +85,11 @@ class MergedPins:
         difference then fails to load, every pin is dropped (none answers wrongly) and the error raised."""
         update = None if path is None else read_lora_adapter(Path(path))
         differences = {name: self._difference(name, src, update) for name, (src, _) in self._sources.items()}
-        self._merged.load(path)
-        merged()
+        while self._retired:  # no request runs now: none can need a replaced folder
+            self._remove_folder(self._retired.pop())
         try:
+            self._merged.load(path)
+            merged()
             for name, difference in differences.items():
                 self._serve(name, difference, self._sources[name][1])
         except BaseException:
@@ -109,7 +112,7 @@ class MergedPins:
         """Remove every difference folder (the engine shuts down)."""
         self._sources.clear()
         self._folders.clear()
-        self._retired.clear()
+        self._retired.clear()  # removed with the root
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
@@ -149,11 +152,10 @@ class MergedPins:
         self._folders[name] = folder
 
     def _retire(self, name: str) -> None:
-        """The pin's current folder becomes its retired one; the retired one before is removed."""
+        """The pin's current folder is kept for requests that still name it, until the next `load`."""
         current = self._folders.pop(name, None)
         if current is not None:
-            self._remove_folder(self._retired.pop(name, None))
-            self._retired[name] = current
+            self._retired.append(current)
 
     def _new_folder(self, name: str) -> Path:
         if self._root is None:

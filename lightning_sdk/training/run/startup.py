@@ -106,10 +106,10 @@ def start_engine(
         options.setdefault("weight_sync", "lora")
         options.setdefault("max_adapters", len(roles.adapters))
     uses_vllm = engine_kind == "vllm" or (engine_kind == "auto" and vllm_available())
-    beside = config.max_staleness and config.eval_beside_training and evaluates and config.runners is None
+    beside = config.max_staleness and config.eval_beside_training and config.eval_every and evaluates
+    beside = beside and config.runners is None
     if uses_vllm and roles is None and beside:
-        options.setdefault("max_adapters", 2)  # a place to pin the evaluated step's adapter
-        room_for_differences(config.lora_rank, options, placement.on_gpu)
+        pin_place_for_evaluations(config.lora_rank, options, placement.on_gpu)
     if uses_vllm:
         check_lora_rank_fits_vllm(config.lora_rank, options)  # before minutes of model loading
     elif roles is not None:
@@ -167,18 +167,25 @@ def check_engine_serves_roles(engine: Engine, config: TrainerConfig) -> None:
         )
 
 
-def room_for_differences(lora_rank: int, options: dict[str, Any], on_gpu: bool) -> None:
-    """Beside merged weights a pinned adapter is served as its difference to the merged one, of twice the
-    rank: raise the engine's `max_lora_rank` to the smallest vLLM takes that holds it, unless the
-    caller set one (a lower one makes evaluations wait, and the run says why)."""
+def pin_place_for_evaluations(lora_rank: int, options: dict[str, Any], on_gpu: bool) -> None:
+    """A place in the engine to pin the evaluated step's adapter, for evaluations beside training.
+
+    With `weight_sync="lora"` the trainer gives one (`max_adapters=2`). With `"merge"` only when asked
+    (`engine_options={"max_adapters": 2}`): the pin is then served as its difference to the merged
+    adapter, of twice the rank, through vLLM's LoRA path, which on a 2-core CPU made every request
+    slower and the runs no shorter (benchmarks/results/merge_pins.md, docs/trainer.md); the engine's
+    `max_lora_rank` is then raised to the smallest vLLM takes that holds a difference, unless set."""
     import inspect
 
     from lightning_sdk.engine.vllm.args import choose_weight_sync
     from lightning_sdk.engine.vllm.engine import VLLMEngine
 
-    merge = choose_weight_sync(str(options.get("weight_sync", "auto")), on_cpu=not on_gpu) == "merge"
+    if choose_weight_sync(str(options.get("weight_sync", "auto")), on_cpu=not on_gpu) == "lora":
+        options.setdefault("max_adapters", 2)
+        return
     default = inspect.signature(VLLMEngine).parameters["max_lora_rank"].default
-    if not merge or "max_lora_rank" in options or 2 * lora_rank <= default:
+    asked = int(options.get("max_adapters", 1)) > 1
+    if not asked or "max_lora_rank" in options or 2 * lora_rank <= default:
         return
     high_enough = [rank for rank in _vllm_lora_ranks() if rank >= 2 * lora_rank]
     if high_enough:
