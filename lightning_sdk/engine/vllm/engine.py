@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
@@ -30,7 +29,7 @@ from lightning_sdk.engine.vllm.loop import StepLoop
 from lightning_sdk.engine.vllm.merge import MergedAdapterWriter
 from lightning_sdk.engine.vllm.merged_pins import MergedPins
 from lightning_sdk.engine.vllm.reload_logs import expected_reload_warnings_dropped
-from lightning_sdk.engine.vllm.setup import TorchThreads, import_vllm
+from lightning_sdk.engine.vllm.setup import RUNNING_ENGINES, TorchThreads, import_vllm, refuse_a_second_engine
 
 if TYPE_CHECKING:
     import torch
@@ -102,7 +101,7 @@ class VLLMEngine(EngineBase):
         gpu_memory_utilization: float | None = None,
         **engine_kwargs: Any,
     ) -> None:
-        _refuse_a_second_engine()
+        refuse_a_second_engine()
         placement = plan_placement(
             gpu_memory_utilization=DEFAULT_GPU_MEMORY_SHARE
             if gpu_memory_utilization is None
@@ -152,9 +151,15 @@ class VLLMEngine(EngineBase):
         # The model's Hugging Face tokenizer (vLLM's `TokenizerLike` also covers modes not used here).
         self._tokenizer = cast("PreTrainedTokenizerBase", self._engine.get_tokenizer())
         self._version: WeightVersion = None
-        self._adapters = ServedAdapters(
-            self._write, self._call, max_adapters, merged=self.weight_sync == "merge"
-        )
+        self._loop = StepLoop(self._engine, before_step=self._use_serving_threads, on_start=self._use_device)
+        self._keep_weights(max_adapters, max_lora_rank)
+        RUNNING_ENGINES.add(self)
+        self.wake()
+
+    def _keep_weights(self, max_adapters: int, max_lora_rank: int) -> None:
+        """What serves new weights: adapters by name (LoRA), merged weights, and pins beside them."""
+        write, merged = (lambda write: self._loop.call(_writing(write))), self.weight_sync == "merge"
+        self._adapters = ServedAdapters(write, self._loop.call, max_adapters, merged=merged)
         self._merged = MergedAdapterWriter(
             self.model.path,
             self._engine.model_config.dtype,  # type: ignore[arg-type]  # a torch.dtype once vLLM resolved it
@@ -163,15 +168,6 @@ class VLLMEngine(EngineBase):
         )
         self._merged_pins = MergedPins(self._adapters, self._merged, self.max_adapters, max_lora_rank)
         self._pins_lock = threading.Lock()  # pins, pushes and wakes change the adapters one at a time
-        self._loop = StepLoop(self._engine, before_step=self._use_serving_threads, on_start=self._use_device)
-        _running_engines.add(self)
-        self.wake()
-
-    def _write(self, write: Callable[[LLMEngine], T]) -> T:
-        return self._loop.call(_writing(write))
-
-    def _call(self, call: Callable[[LLMEngine], T]) -> T:
-        return self._loop.call(call)
 
     def _start_engine(self, args: EngineArgs) -> None:
         from vllm.v1.engine.llm_engine import LLMEngine
@@ -412,7 +408,7 @@ class VLLMEngine(EngineBase):
         """Stop the engine thread, free the model and give torch its original threads back."""
         self._loop.stop()
         self._user_threads.restore()
-        _running_engines.discard(self)
+        RUNNING_ENGINES.discard(self)
         engine, self._engine = self._engine, None  # type: ignore[assignment]  # shut down: no engine any more
         if engine is not None:
             try:
@@ -421,23 +417,6 @@ class VLLMEngine(EngineBase):
                 log.debug("vLLM engine core shutdown failed", exc_info=True)
         self._merged = None  # type: ignore[assignment]  # frees its base weights
         self._merged_pins.close()
-
-
-# vLLM keeps its parallel state (process groups) in process-wide globals. Two in-process engines alive at
-# once share them, and shutting one down left the other failing every request ("pipeline model parallel
-# group is not initialized"); one engine after another works.
-_running_engines: weakref.WeakSet[VLLMEngine] = weakref.WeakSet()
-
-
-def _refuse_a_second_engine() -> None:
-    if any(engine._engine is not None for engine in _running_engines):
-        raise RuntimeError(
-            "A VLLMEngine is already running in this process, and vLLM supports only one per process (its "
-            "parallel state is process-wide). Reuse that engine (Trainer(engine=...) and "
-            "lightning_sdk.serving.start_server accept it), call its shutdown() first, "
-            "or start the second one "
-            "in another process."
-        )
 
 
 def _sleep_if_awake(engine: LLMEngine) -> None:

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-__all__ = ["MIN_VLLM_VERSION", "TorchThreads", "check_vllm_version", "import_vllm", "vllm_available"]
+__all__ = [
+    "MIN_VLLM_VERSION",
+    "RUNNING_ENGINES",
+    "TorchThreads",
+    "check_vllm_version",
+    "import_vllm",
+    "refuse_a_second_engine",
+    "vllm_available",
+]
 
 MIN_VLLM_VERSION = (0, 32)
 """The oldest vLLM this SDK is tested with. Older releases lack what the engine calls: `sleep(level, mode=)`
@@ -117,3 +126,22 @@ class TorchThreads:
     def apply(self, count: int) -> None:
         """Set a thread count through the original function, even if vLLM replaced it."""
         self.set_num_threads(count)
+
+
+# vLLM keeps its parallel state (process groups) in process-wide globals. Two in-process engines alive at
+# once share them, and shutting one down left the other failing every request ("pipeline model parallel
+# group is not initialized"); one engine after another works.
+RUNNING_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The `VLLMEngine`s of this process (at most one runs at a time)."""
+
+
+def refuse_a_second_engine() -> None:
+    """Raise if a `VLLMEngine` already runs in this process."""
+    if any(engine._engine is not None for engine in RUNNING_ENGINES):
+        raise RuntimeError(
+            "A VLLMEngine is already running in this process, and vLLM supports only one per process (its "
+            "parallel state is process-wide). Reuse that engine (Trainer(engine=...) and "
+            "lightning_sdk.serving.start_server accept it), call its shutdown() first, "
+            "or start the second one "
+            "in another process."
+        )
